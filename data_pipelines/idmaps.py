@@ -1,0 +1,28 @@
+"""Dense, persisted, append-only id maps (external string id -> int index).
+
+Indices are assigned in order of first appearance and never change: extending a
+map only appends. The reward model, policy, memory and server share them.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SCHEMA = {"id": pl.String, "index": pl.Int64}
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def extend(existing: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """Append the ids not yet in ``existing`` (kept in the order given; nulls skipped)."""
+    new = (
+        pl.DataFrame({"id": ids.cast(pl.String)})
+        .drop_nulls()
+        .unique(maintain_order=True)
+        .join(existing.select("id"), on="id", how="anti", maintain_order="left")
+    )
+    start = existing.height
+    new = new.with_columns(pl.int_range(start, start + new.height, dtype=pl.Int64).alias("index"))
+    return pl.concat([existing.select(SCHEMA.keys()), new])

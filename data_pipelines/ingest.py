@@ -1,0 +1,356 @@
+"""Ingest a source into a canonical dataset folder, as one transaction.
+
+Pass 1 streams the input in chunks of whole lines: adapter transform, common
+checks, quarantine of failing lines, exact dedupe (128-bit row keys, kept for
+later appends), staging to parquet bucketed by user. Pass 2 reads one bucket at
+a time, assigns ``seq`` (per user, by ts then input order, after the user's
+existing events) and writes the final partitions. Id maps, side tables, the
+summary and the manifest are then published together (see ``transaction``).
+Memory grows with the dedupe keys and id maps, and with one bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from data_pipelines import idmaps
+from data_pipelines.adapters.base import ROW_COLUMNS, Source
+from data_pipelines.dataset import Dataset, fingerprint_of
+from data_pipelines.errors import DataError
+from data_pipelines.lines import LINE
+from data_pipelines.schema import (
+    CONTEXTS,
+    IDMAP,
+    INTERACTIONS,
+    ITEMS,
+    OBSERVATION_PROPENSITIES,
+    REJECTS,
+    SCHEMA_VERSION,
+    USERS,
+    to_arrow,
+)
+from data_pipelines.transaction import Transaction, read_manifest, recover
+from data_pipelines.validate import ORD, REASON, common_checks
+
+BUCKET_BYTES = 128 << 20  # input bytes per seq bucket: bounds pass-2 memory
+DUPLICATE = "exact duplicate of an earlier record"
+APPENDABLE_SOURCES = {"parpo-events"}  # may be appended to a dataset of another source
+
+#: The key that orders ``seq``: the user, or the request for anonymous rows.
+SEQ_KEY = pl.coalesce(pl.col("user_id"), pl.lit("\x00request:") + pl.col("request_id")).alias("__key")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_parquet(df: pl.DataFrame, path: Path, schema) -> str:
+    """Write a canonical table (schema version in metadata); returns its sha256."""
+    pq.write_table(to_arrow(df, schema), path, compression="zstd")
+    return file_sha256(path)
+
+
+def ingest(
+    source: Source,
+    out: Path,
+    *,
+    progress: Callable[[int], None] | None = None,
+    now: datetime | None = None,
+    share_idmaps_with: Dataset | None = None,
+) -> dict[str, Any]:
+    """Ingest ``source`` into ``out``; returns the new summary (``summary.json``).
+
+    Re-ingesting files already ingested is a no-op (same sha256), reported as
+    ``{"noop": true, ...}``. ``share_idmaps_with``: a new dataset starts from that
+    dataset's id maps (e.g. a held-out test set indexed like its training data).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    recover(out)
+    manifest = read_manifest(out)
+    if manifest and manifest["source"] != source.name and source.name not in APPENDABLE_SOURCES:
+        raise DataError(
+            f"{out} holds a '{manifest['source']}' dataset; one source per dataset folder "
+            f"(use a new --out for '{source.name}')"
+        )
+    files = [
+        {"path": str(f.path.resolve()), "sha256": file_sha256(f.path), "bytes": f.path.stat().st_size}
+        for f in source.files
+    ]
+    seen = {f["sha256"] for i in (manifest or {}).get("ingests", []) for f in i["files"]}
+    if files and all(f["sha256"] in seen for f in files):
+        summary = Dataset(out).summary()
+        return {**summary, "noop": True}
+
+    txn = Transaction(out)
+    try:
+        return _ingest(
+            source, out, txn, manifest, files, progress, now or datetime.now(UTC), share_idmaps_with
+        )
+    except BaseException:
+        txn.abort()
+        raise
+
+
+def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with) -> dict[str, Any]:
+    started = time.time()
+    existing = Dataset(out) if manifest else None
+    total_bytes = sum(f["bytes"] for f in files)
+    n_buckets = max(1, math.ceil(total_bytes / BUCKET_BYTES))
+    stage = txn.scratch("stage")
+    seen_keys = existing.dedupe_keys() if existing else _EMPTY_KEYS
+    new_keys: list[pl.DataFrame] = []
+    rejects: list[pl.DataFrame] = []
+    contexts: list[pl.DataFrame] = []
+    users_seen = pl.DataFrame(schema={"id": pl.String})
+    items_seen = pl.DataFrame(schema={"id": pl.String})
+    item_cats = pl.DataFrame(schema={"item_id": pl.String, "category": pl.String})
+    rows_in = rows_rejected = 0
+    check = common_checks(now)
+    key_cols = pl.struct([*ROW_COLUMNS, ORD])
+    n_chunk = 0
+    for spec in source.files:
+        for chunk in spec.chunks():
+            rows_in += chunk.n_lines
+            rows = spec.transform(chunk.fields).with_columns(check)
+            bad = rows.filter(pl.col(REASON).is_not_null()).group_by(LINE).agg(pl.col(REASON).first())
+            rows = rows.join(bad.select(LINE), on=LINE, how="anti", maintain_order="left")
+            # Exact dedupe: a 128-bit key (two seeded 64-bit hashes) of the canonical row.
+            rows = rows.with_columns(h1=key_cols.hash(0x9E3779B9), h2=key_cols.hash(0x85EBCA6B))
+            dup = rows.select(LINE, "h1", "h2", (~pl.struct("h1", "h2").is_first_distinct()).alias("__dup"))
+            if seen_keys.height:
+                old = seen_keys.with_columns(pl.lit(True).alias("__old"))
+                dup = dup.join(old, on=["h1", "h2"], how="left").with_columns(
+                    pl.col("__dup") | pl.col("__old").fill_null(False)
+                )
+            dup_lines = dup.filter("__dup").select(LINE).unique()
+            rows = rows.join(dup_lines, on=LINE, how="anti", maintain_order="left")
+            bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
+            keys = rows.select("h1", "h2")
+            seen_keys = pl.concat([seen_keys, keys])
+            new_keys.append(keys)
+            rejected = pl.concat(
+                [
+                    chunk.rejects,
+                    chunk.fields.join(bad, on=LINE).select(
+                        pl.col(LINE).alias("line"), chunk.raw.alias("raw"), pl.col(REASON).alias("reason")
+                    ),
+                ]
+            ).with_columns(pl.lit(txn.id).alias("ingest_id"), pl.lit(str(spec.path)).alias("file"))
+            rejects.append(rejected)
+            rows_rejected += rejected.height
+
+            users_seen = _first_seen(users_seen, rows["user_id"])
+            items_seen = _first_seen(items_seen, rows["item_id"])
+            cats = rows.filter(pl.col("category").is_not_null()).select("item_id", "category")
+            item_cats = pl.concat([item_cats, cats]).unique("item_id", keep="last", maintain_order=True)
+            if "__context" in rows.columns:
+                contexts.append(
+                    rows.filter(pl.col("__context").is_not_null())
+                    .select("request_id", pl.col("__context").alias("features"))
+                    .unique("request_id", keep="first", maintain_order=True)
+                )
+            staged = rows.select(
+                *ROW_COLUMNS,
+                LINE,
+                ORD,
+                pl.lit(n_chunk, dtype=pl.Int32).alias("__chunk"),
+                (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"),
+            )
+            for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
+                part.drop("__bucket").write_parquet(stage / f"b{b}-c{n_chunk}.parquet", compression="lz4")
+            n_chunk += 1
+            if progress:
+                progress(chunk.n_lines)
+
+    rejects_df = pl.concat(rejects) if rejects else pl.DataFrame(schema=REJECTS_POLARS)
+    if rows_rejected != rejects_df.height:  # pragma: no cover - accounting invariant
+        raise AssertionError("reject accounting mismatch")
+
+    # Pass 2: seq per user, one bucket at a time.
+    next_seq = (
+        existing.next_seq() if existing else pl.DataFrame(schema={"__key": pl.String, "__base": pl.Int64})
+    )
+    partitions = []
+    rows_written = 0
+    for b in range(n_buckets):
+        paths = sorted(stage.glob(f"b{b}-c*.parquet"))
+        if not paths:
+            continue
+        df = pl.read_parquet(paths)
+        df = (
+            df.with_columns(SEQ_KEY)
+            .join(next_seq, on="__key", how="left")
+            .sort(["__key", "ts", "__chunk", LINE, ORD], nulls_last=True)
+            .with_columns(
+                (pl.col("__base").fill_null(0) + pl.int_range(pl.len(), dtype=pl.Int64).over("__key")).alias(
+                    "seq"
+                )
+            )
+        )
+        rel = f"interactions/part-{txn.id}-{b:04d}.parquet"
+        sha = write_parquet(df, txn.path(rel), INTERACTIONS)
+        partitions.append({"path": rel, "rows": df.height, "sha256": sha})
+        rows_written += df.height
+
+    new_keys_df = pl.concat(new_keys) if new_keys else seen_keys.clear()
+    keys_rel = f"state/dedupe-{txn.id}.parquet"
+    new_keys_df.write_parquet(txn.path(keys_rel))
+    rejects_rel = f"rejects/{txn.id}.parquet"
+    write_parquet(rejects_df, txn.path(rejects_rel), REJECTS)
+
+    tables = _side_tables(
+        source, existing, existing or share_idmaps_with, users_seen, items_seen, item_cats, contexts, txn
+    )
+    ingest_record = {
+        "id": txn.id,
+        "source": source.name,
+        "files": files,
+        "started": datetime.fromtimestamp(started, UTC).isoformat(),
+        "seconds": round(time.time() - started, 3),
+        "rows_in": rows_in,
+        "rows_accepted": rows_in - rows_rejected,
+        "rows_rejected": rows_rejected,
+        "rows_written": rows_written,
+        "rejects": rejects_rel,
+        "dedupe_keys": keys_rel,
+        "notes": source.notes,
+    }
+    old = manifest or {
+        "source": source.name,
+        "created": datetime.now(UTC).isoformat(),
+        "ingests": [],
+        "partitions": [],
+    }
+    new_manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "source": old["source"],
+        "created": old["created"],
+        "updated": datetime.now(UTC).isoformat(),
+        "ingests": [*old["ingests"], ingest_record],
+        "partitions": [*old["partitions"], *partitions],
+        "tables": tables,
+    }
+    new_manifest["fingerprint"] = fingerprint_of(new_manifest)
+    staged = {p["path"] for p in partitions}
+    paths = [(txn.dir if p["path"] in staged else out) / p["path"] for p in new_manifest["partitions"]]
+    summary = Dataset.summarize(new_manifest, paths)
+    txn.path("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    txn.commit(new_manifest)
+    return summary
+
+
+REJECTS_POLARS = {
+    "line": pl.Int64,
+    "raw": pl.String,
+    "reason": pl.String,
+    "ingest_id": pl.String,
+    "file": pl.String,
+}
+_EMPTY_KEYS = pl.DataFrame(schema={"h1": pl.UInt64, "h2": pl.UInt64})
+
+
+def _first_seen(seen: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """Running list of distinct ids in order of first appearance."""
+    new = pl.DataFrame({"id": ids}).drop_nulls().unique(maintain_order=True)
+    return pl.concat([seen, new]).unique("id", keep="first", maintain_order=True)
+
+
+def _merge_table(old: pl.DataFrame | None, new: pl.DataFrame | None, key: str) -> pl.DataFrame | None:
+    """Union by ``key``; for each column the newest non-null value wins."""
+    frames = [f for f in (old, new) if f is not None and f.height]
+    if not frames:
+        return old if old is not None else new
+    if len(frames) == 1:
+        return frames[0]
+    both = pl.concat(frames, how="diagonal_relaxed")
+    cols = [c for c in both.columns if c != key]
+    return both.group_by(key, maintain_order=True).agg([pl.col(c).drop_nulls().last() for c in cols])
+
+
+def _side_tables(
+    source, existing, idmap_base, users_seen, items_seen, item_cats, contexts, txn
+) -> dict[str, Any]:
+    """Items, users, contexts, observation propensities and the id maps, staged in ``txn``."""
+    tables: dict[str, Any] = dict(existing.manifest["tables"]) if existing else {}
+
+    observed_items = items_seen.rename({"id": "item_id"}).join(item_cats, on="item_id", how="left")
+    items = _merge_table(existing.items() if existing else None, observed_items, "item_id")
+    items = _merge_table(items, source.items, "item_id")
+    items = items.with_columns(
+        pl.col("attributes").fill_null(pl.lit([], dtype=pl.List(pl.String)))
+        if "attributes" in items.columns
+        else pl.lit([], dtype=pl.List(pl.String)).alias("attributes")
+    )
+    for c, t in (("category", pl.String), ("price", pl.Float64)):
+        if c not in items.columns:
+            items = items.with_columns(pl.lit(None, dtype=t).alias(c))
+    observed_users = users_seen.rename({"id": "user_id"})
+    users = _merge_table(existing.users() if existing else None, source.users, "user_id")
+    users = _merge_table(observed_users, users, "user_id") if users is not None else observed_users
+    if "features" not in users.columns:
+        users = users.with_columns(pl.lit(None).alias("features"))
+    users = users.with_columns(
+        pl.col("features").fill_null(
+            pl.lit([], dtype=pl.List(pl.Struct({"key": pl.String, "value": pl.String})))
+        )
+    )
+    ctx = pl.concat(contexts) if contexts else None
+    ctx = _merge_table(existing.contexts() if existing else None, ctx, "request_id")
+    if ctx is None:
+        ctx = pl.DataFrame(
+            schema={
+                "request_id": pl.String,
+                "features": pl.List(pl.Struct({"key": pl.String, "value": pl.String})),
+            }
+        )
+    obs_frames = [
+        f
+        for f in (
+            existing.table("observation_propensities") if existing else None,
+            source.observation_propensities,
+        )
+        if f is not None
+    ]
+    obs = (
+        pl.concat(obs_frames).unique(["user_id", "item_id"], keep="last", maintain_order=True)
+        if obs_frames
+        else None
+    )
+
+    # Id maps: interaction users/items first (order of first appearance), then catalogue-only ones.
+    old_users = idmap_base.idmap("users") if idmap_base else idmaps.empty()
+    old_items = idmap_base.idmap("items") if idmap_base else idmaps.empty()
+    user_map = idmaps.extend(old_users, pl.concat([users_seen["id"], users["user_id"]]))
+    item_map = idmaps.extend(old_items, pl.concat([items_seen["id"], items["item_id"]]))
+
+    for name, df, schema in (
+        ("items", items, ITEMS),
+        ("users", users, USERS),
+        ("contexts", ctx, CONTEXTS),
+        ("idmaps/users", user_map, IDMAP),
+        ("idmaps/items", item_map, IDMAP),
+    ):
+        rel = f"{name}.parquet"
+        tables[name] = {"path": rel, "rows": df.height, "sha256": write_parquet(df, txn.path(rel), schema)}
+    if obs is not None and obs.height:
+        rel = "observation_propensities.parquet"
+        tables["observation_propensities"] = {
+            "path": rel,
+            "rows": obs.height,
+            "sha256": write_parquet(obs, txn.path(rel), OBSERVATION_PROPENSITIES),
+        }
+    return tables

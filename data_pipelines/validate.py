@@ -1,0 +1,100 @@
+"""Row checks shared by every source, and the reasons a row is quarantined.
+
+Adapters produce typed canonical rows plus ``__reason`` for what only they can
+judge (an unparseable number, an unmapped event); these checks add what holds
+for every source. A row's reason is its first failed check.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+
+from data_pipelines.schema import EVENTS
+
+REASON = "__reason"
+LINE = "__line"
+ORD = "__ord"  # the row's ordinal within its source line (a line may yield several rows)
+
+#: Timestamps before this are treated as corrupt (Unix 0, a year typed as 19xx...).
+TS_MIN = datetime(1990, 1, 1, tzinfo=UTC)
+#: Tolerance for clock skew past the time of ingest.
+TS_FUTURE_SLACK = timedelta(days=1)
+
+
+def parse_ts(col: str, fmt: str = "auto") -> tuple[pl.Expr, pl.Expr]:
+    """(timestamp[us, UTC] expression, reason expression) for a string column.
+
+    ``fmt``: ``"auto"`` (Unix seconds or ISO 8601 with an offset), ``"unix"``,
+    ``"unix_ms"``, ``"iso8601"`` or a strftime format (read as UTC unless it has ``%z``).
+    Empty strings are null (no timestamp), not errors.
+    """
+    s = pl.col(col).str.strip_chars()
+    s = pl.when(s == "").then(None).otherwise(s)
+    secs = s.cast(pl.Float64, strict=False)
+    unix = (secs * 1_000_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us", "UTC"))
+    if fmt == "unix_ms":
+        unix = (secs * 1_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us", "UTC"))
+    iso = s.str.to_datetime(format="%+", time_unit="us", time_zone="UTC", strict=False)
+    if fmt in ("auto",):
+        value = pl.when(secs.is_not_null()).then(unix).otherwise(iso)
+        what = "ISO 8601 with an offset or Unix seconds"
+    elif fmt in ("unix", "unix_ms"):
+        value, what = unix, f"Unix {'milliseconds' if fmt == 'unix_ms' else 'seconds'}"
+    elif fmt == "iso8601":
+        value, what = iso, "ISO 8601 with an offset"
+    else:
+        parsed = s.str.to_datetime(format=fmt, time_unit="us", strict=False)
+        value = parsed.dt.convert_time_zone("UTC") if "%z" in fmt else parsed.dt.replace_time_zone("UTC")
+        what = f"in the format {fmt!r}"
+    reason = pl.when(s.is_not_null() & value.is_null()).then(pl.format(f"timestamp '{{}}' is not {what}", s))
+    return value, reason
+
+
+def number(col: str, dtype: pl.DataType = pl.Float64) -> tuple[pl.Expr, pl.Expr]:
+    """(typed expression, reason expression) for a numeric string column; empty is null."""
+    s = pl.col(col).str.strip_chars()
+    s = pl.when(s == "").then(None).otherwise(s)
+    value = s.cast(dtype, strict=False)
+    name = "an integer" if dtype.is_integer() else "a number"
+    return value, pl.when(s.is_not_null() & value.is_null()).then(pl.format(f"{col} '{{}}' is not {name}", s))
+
+
+def first_reason(*reasons: pl.Expr) -> pl.Expr:
+    """The first non-null reason, as ``__reason``."""
+    return pl.coalesce(*reasons).alias(REASON)
+
+
+def common_checks(now: datetime | None = None) -> pl.Expr:
+    """The checks every canonical row must pass (applied after the adapter's own)."""
+    now = now or datetime.now(UTC)
+    ts_max = now + TS_FUTURE_SLACK
+    events = pl.Series(list(EVENTS))
+    checks = [
+        pl.col(REASON),
+        pl.when(pl.col("user_id").is_null() & pl.col("request_id").is_null()).then(
+            pl.lit("user_id is empty (only anonymous rows with a request_id may omit it)")
+        ),
+        pl.when(pl.col("item_id").is_null()).then(pl.lit("item_id is empty")),
+        pl.when(pl.col("event").is_null()).then(pl.lit("event is empty")),
+        pl.when(~pl.col("event").is_in(events)).then(
+            pl.format(f"unknown event '{{}}' (expected one of: {', '.join(EVENTS)})", pl.col("event"))
+        ),
+        pl.when((pl.col("ts") < TS_MIN) | (pl.col("ts") > ts_max)).then(
+            pl.format(
+                f"timestamp {{}} is out of range [{TS_MIN:%Y-%m-%d}, {ts_max:%Y-%m-%d}]",
+                pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%SZ"),
+            )
+        ),
+        pl.when(
+            pl.col("propensity").is_not_null() & ~pl.col("propensity").is_between(0, 1, closed="right")
+        ).then(pl.format("propensity {} is outside (0, 1]", pl.col("propensity"))),
+        pl.when(pl.col("position").is_not_null() & (pl.col("position") < 1)).then(
+            pl.format("position {} is not 1-based", pl.col("position"))
+        ),
+        pl.when(pl.col("value").is_not_null() & ~pl.col("value").is_finite()).then(
+            pl.format("value {} is not finite", pl.col("value"))
+        ),
+    ]
+    return pl.coalesce(checks).alias(REASON)

@@ -1,0 +1,289 @@
+"""Advantage estimators: one function per estimator, registered by name in ``ADVANTAGES``.
+
+Every estimator has the signature::
+
+    fn(rewards: dict[str, Tensor[B]], group: Tensor[B], user: Tensor[B],
+       anchors: AnchorSnapshot | None, cfg: AdvantageConfig) -> (adv: Tensor[B], metrics: dict[str, float])
+
+``rewards`` holds one scalar per rollout and reward component (``task/<name>``, ``preference``);
+``group`` holds integer group ids (rollouts of the same prompt share one; ids need not be dense);
+``user`` holds dense integer user indices (the anchor rows). The loss broadcasts ``adv`` over the
+tokens of each rollout with the mask. Std is the population std unless ``cfg.sample_std``.
+
+Metrics (floats, never logged here): per component ``<k>/frac_zero_std`` (fraction of *groups*
+whose std is at most ``eps``: no learning signal from that component there); for the estimators
+that normalise components one by one (``gdpo``, ``parpo``) also ``<k>/adv_mean``, ``<k>/adv_std``
+of that component's normalised advantage before weighting; for those that sum first (``grpo``,
+``rloo``, ``dr_grpo``) ``total/frac_zero_std``; always ``adv/mean``, ``adv/std`` of the returned
+advantage (population std).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from parpo.algorithms.anchors import AnchorSnapshot
+from parpo.algorithms.config import AdvantageConfig
+from parpo.algorithms.registry import Registry
+from parpo.algorithms.stats import GroupStats, group_mean_std, whiten
+
+
+class AdvantageFn(Protocol):
+    def __call__(
+        self,
+        rewards: dict[str, Tensor],
+        group: Tensor,
+        user: Tensor,
+        anchors: AnchorSnapshot | None,
+        cfg: AdvantageConfig,
+    ) -> tuple[Tensor, dict[str, float]]: ...
+
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _float_dtype(rewards: dict[str, Tensor]) -> torch.dtype:
+    return torch.float64 if any(r.dtype == torch.float64 for r in rewards.values()) else torch.float32
+
+
+def _check(rewards: dict[str, Tensor], group: Tensor, user: Tensor, cfg: AdvantageConfig) -> torch.dtype:
+    if not rewards:
+        raise ValueError("rewards is empty: pass at least one reward component")
+    for k, r in rewards.items():
+        if r.shape != group.shape or r.ndim != 1:
+            raise ValueError(
+                f"reward {k!r} has shape {tuple(r.shape)}, expected {tuple(group.shape)} like group"
+            )
+    if user.shape != group.shape:
+        raise ValueError(f"user has shape {tuple(user.shape)}, expected {tuple(group.shape)} like group")
+    if cfg.weights:
+        missing = [k for k in rewards if k not in cfg.weights]
+        if missing:
+            raise KeyError(
+                f"no weight for reward component(s) {missing}; add them to AdvantageConfig.weights"
+            )
+    return _float_dtype(rewards)
+
+
+def _weight(cfg: AdvantageConfig, k: str) -> float:
+    return cfg.weights.get(k, 1.0) if cfg.weights else 1.0
+
+
+def _std_metrics(metrics: dict[str, float], key: str, st: GroupStats, eps: float) -> None:
+    metrics[f"{key}/frac_zero_std"] = (st.group_std <= eps).float().mean().item()
+
+
+def _adv_metrics(metrics: dict[str, float], mean_key: str, std_key: str, adv: Tensor) -> None:
+    metrics[mean_key] = adv.mean().item()
+    metrics[std_key] = adv.std(unbiased=False).item()
+
+
+def _weighted_total(rewards: dict[str, Tensor], cfg: AdvantageConfig, dtype: torch.dtype) -> Tensor:
+    first = next(iter(rewards.values()))
+    total = torch.zeros(first.shape, dtype=dtype, device=first.device)
+    for k, r in rewards.items():
+        total = total + _weight(cfg, k) * r.to(dtype)
+    return total
+
+
+def _group_normalise(st: GroupStats, eps: float) -> Tensor:
+    return st.centered / (st.std + eps)
+
+
+def _finish(
+    total: Tensor, metrics: dict[str, float], do_whiten: bool, cfg: AdvantageConfig
+) -> tuple[Tensor, dict[str, float]]:
+    adv = whiten(total, cfg.eps, sample=cfg.sample_std) if do_whiten else total
+    _adv_metrics(metrics, "adv/mean", "adv/std", adv)
+    return adv, metrics
+
+
+def _total_estimator(
+    rewards: dict[str, Tensor], group: Tensor, user: Tensor, cfg: AdvantageConfig
+) -> tuple[Tensor, GroupStats, dict[str, float]]:
+    dtype = _check(rewards, group, user, cfg)
+    total = _weighted_total(rewards, cfg, dtype)
+    st = group_mean_std(total, group, sample=cfg.sample_std)
+    metrics: dict[str, float] = {}
+    for k, r in rewards.items():  # the summed estimators still report which components carry signal
+        _std_metrics(metrics, k, group_mean_std(r.to(dtype), group, sample=cfg.sample_std), cfg.eps)
+    _std_metrics(metrics, "total", st, cfg.eps)
+    return total, st, metrics
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+@ADVANTAGES.register("grpo")
+def grpo(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """GRPO (Shao et al. 2024, arXiv 2402.03300): ``r = sum_k w_k r_k``, ``A = (r - mean_g) / (std_g + eps)``.
+
+    Components are summed *before* normalisation (the thing GDPO and PARPO avoid). Anchors are
+    ignored. Whitening only if ``cfg.whiten`` is true.
+    """
+    total, st, metrics = _total_estimator(rewards, group, user, cfg)
+    return _finish(_group_normalise(st, cfg.eps), metrics, bool(cfg.whiten), cfg)
+
+
+@ADVANTAGES.register("rloo")
+def rloo(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """RLOO (Ahmadian et al. 2024, arXiv 2402.14740): leave-one-out baseline, no std.
+
+    ``A_i = r_i - (sum_g r - r_i) / (n_g - 1) = n_g / (n_g - 1) * (r_i - mean_g)``; 0 for groups of one.
+    ``r`` is the weighted sum of components.
+    """
+    total, st, metrics = _total_estimator(rewards, group, user, cfg)
+    n = st.count.to(total.dtype)
+    adv = torch.where(st.count > 1, st.centered * n / (n - 1).clamp_min(1), torch.zeros_like(total))
+    return _finish(adv, metrics, bool(cfg.whiten), cfg)
+
+
+@ADVANTAGES.register("dr_grpo")
+def dr_grpo(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): ``A = r - mean_g``, no std division.
+
+    It is Dr. GRPO only together with ``AGGREGATIONS["dr_grpo"]`` (a constant token normaliser
+    instead of ``1/|o_i|``): both GRPO biases (std and length) are removed.
+    """
+    total, st, metrics = _total_estimator(rewards, group, user, cfg)
+    return _finish(st.centered, metrics, bool(cfg.whiten), cfg)
+
+
+@ADVANTAGES.register("gdpo")
+def gdpo(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """GDPO (arXiv 2601.05242): normalise each component in its group, weighted sum, batch whitening.
+
+    ``A = whiten(sum_k w_k (r_k - mean_g(r_k)) / (std_g(r_k) + eps))``. Whitening is on unless
+    ``cfg.whiten`` is explicitly ``False``. This is PARPO without anchors.
+    """
+    dtype = _check(rewards, group, user, cfg)
+    metrics: dict[str, float] = {}
+    total = torch.zeros(group.shape, dtype=dtype, device=group.device)
+    for k, r in rewards.items():
+        st = group_mean_std(r.to(dtype), group, sample=cfg.sample_std)
+        a = _group_normalise(st, cfg.eps)
+        _std_metrics(metrics, k, st, cfg.eps)
+        _adv_metrics(metrics, f"{k}/adv_mean", f"{k}/adv_std", a)
+        total = total + _weight(cfg, k) * a
+    return _finish(total, metrics, cfg.whiten is not False, cfg)
+
+
+@ADVANTAGES.register("parpo")
+def parpo(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """PARPO (arXiv 2605.23382, "From Correctness to Preference"): decoupled task and anchored preference.
+
+    - Task track: every ``task/<name>`` component is normalised in its group, one by one (GDPO).
+    - Preference track (``cfg.preference_key``), for rollout ``i`` of user ``u`` in group ``g``
+      with anchor mean ``mu_u`` and variance ``var_u`` (``sigma_u = sqrt(var_u)``) from the
+      *pre-update* snapshot::
+
+          b = max(mean_g, mu_u - gamma * sigma_u)
+          s = max(std_g, sigma_u, kappa * (|mu_u| + sigma_u)) + eps
+          A_pref = (r - b) / s
+
+      The baseline never drops below the group mean, so a group that is poor *for this user*
+      gets negative advantages even when its rollouts differ little. Every term of ``b`` and
+      ``s`` scales with the user's own rewards, so multiplying one user's preference rewards and
+      history by ``c > 0`` leaves ``A_pref`` unchanged (up to ``eps``); the ``kappa`` floor keeps a
+      zero-variance group under a high anchor bounded (``|A| <= |r - b| / (kappa (|mu_u| + sigma_u))``)
+      instead of dividing by ``eps``. No global prior: while a user has fewer than ``n_min``
+      anchor updates (or ``anchors`` is None) the preference track is plain group normalisation.
+    - ``A = sum_k w_k A_k``; batch whitening only if ``cfg.whiten`` (off by default: it would
+      cancel an anchor shift shared by many groups).
+
+    Extra metrics: ``preference/frac_anchored`` (rollouts whose user anchor is used),
+    ``preference/frac_anchor_baseline`` and ``preference/frac_anchor_scale`` (rollouts where the
+    anchor term, not the group statistic, sets ``b`` / ``s``).
+    """
+    dtype = _check(rewards, group, user, cfg)
+    pref = cfg.preference_key
+    bad = [k for k in rewards if k != pref and not k.startswith(cfg.task_prefix)]
+    if bad:
+        raise ValueError(f"parpo reward components must be {cfg.task_prefix!r}<name> or {pref!r}; got {bad}")
+    metrics: dict[str, float] = {}
+    total = torch.zeros(group.shape, dtype=dtype, device=group.device)
+    for k, r in rewards.items():
+        r = r.to(dtype)
+        st = group_mean_std(r, group, sample=cfg.sample_std)
+        _std_metrics(metrics, k, st, cfg.eps)
+        a = _group_normalise(st, cfg.eps)
+        if k == pref:
+            a = _anchored(a, st, user, anchors, cfg, metrics)
+        _adv_metrics(metrics, f"{k}/adv_mean", f"{k}/adv_std", a)
+        total = total + _weight(cfg, k) * a
+    return _finish(total, metrics, bool(cfg.whiten), cfg)
+
+
+def _anchored(
+    plain: Tensor,
+    st: GroupStats,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+    metrics: dict[str, float],
+) -> Tensor:
+    """Preference advantage ``[B]`` against the user anchor where the user has ``n_min`` updates."""
+    if anchors is None:
+        metrics["preference/frac_anchored"] = 0.0
+        return plain
+    mu, var, count = anchors.lookup(user)
+    mu, sigma = mu.to(plain.dtype), var.to(plain.dtype).clamp_min(0).sqrt()
+    ready = count >= cfg.n_min
+    anchor_base = mu - cfg.gamma * sigma
+    # r - b = (r - mean_g) - max(0, anchor_base - mean_g): exact zero when the group mean binds.
+    lift = (anchor_base - st.mean).clamp_min(0)
+    anchor_scale = torch.maximum(sigma, cfg.kappa * (mu.abs() + sigma))
+    scale = torch.maximum(st.std, anchor_scale) + cfg.eps
+    anchored = (st.centered - lift) / scale
+    frac = ready.to(plain.dtype).mean()
+    metrics["preference/frac_anchored"] = frac.item()
+    metrics["preference/frac_anchor_baseline"] = (ready & (lift > 0)).to(plain.dtype).mean().item()
+    metrics["preference/frac_anchor_scale"] = (ready & (anchor_scale > st.std)).to(plain.dtype).mean().item()
+    return torch.where(ready, anchored, plain)
+
+
+def compute_advantages(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """Look up ``cfg.estimator`` in ``ADVANTAGES`` and call it."""
+    return ADVANTAGES[cfg.estimator](rewards, group, user, anchors, cfg)
