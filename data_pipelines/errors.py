@@ -1,8 +1,13 @@
-"""Errors a user can cause: one readable line, never a traceback."""
+"""Errors a user can cause: one readable line, never a traceback.
+
+The CLI prints ``error: <message>`` and exits with status 1; the server maps
+them to 4xx responses.
+"""
 
 
-class DataError(Exception):
-    """Bad input (a file that is not the declared format, a bad mapping, a corrupt dataset).
+class UserError(Exception):
+    """Bad input from a user (a file, a flag, a config, a request)."""
 
-    The CLI prints ``error: <message>`` and exits non-zero.
-    """
+
+class DataError(UserError):
+    """Bad data: a file that is not the declared format, a bad mapping, a corrupt dataset."""

@@ -30,16 +30,19 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from parpo.algorithms.config import AdvantageConfig
 
 FORMAT_VERSION = 1
 _META_KEY = b"parpo.anchors"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AnchorSnapshot:
     """Immutable anchor tensors indexed by dense user index: ``mean``, ``var`` ``[U]`` float64,
     ``count`` ``[U]`` int64 (number of anchor updates; 0 for users never seen)."""
@@ -79,7 +82,7 @@ class AnchorSnapshot:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class UserBatchStats:
     """Per-user sufficient statistics of one batch, ``[K]`` each, users unique and sorted:
     ``n`` rewards, their ``mean`` and ``m2`` (sum of squared deviations from the mean)."""
@@ -179,6 +182,11 @@ class AnchorStore:
         self._var = torch.zeros(0, dtype=torch.float64)
         self._count = torch.zeros(0, dtype=torch.long)
         self._n_obs = torch.zeros(0, dtype=torch.long)
+
+    @classmethod
+    def from_config(cls, cfg: AdvantageConfig) -> AnchorStore:
+        """A store with ``alpha = cfg.anchor_alpha``."""
+        return cls(alpha=cfg.anchor_alpha)
 
     # ------------------------------------------------------------------ reading
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GroupStats:
     """Per-rollout views of per-group statistics; every field is ``[B]`` unless stated.
 

@@ -64,7 +64,9 @@ def test_identical_rewards_give_exact_zero_centering() -> None:
 
 def test_whiten_population() -> None:
     # [0.5, -1.5, -0.5, 1.5]: mean 0, population std sqrt(5/4)
-    close(whiten(t(0.5, -1.5, -0.5, 1.5), eps=0.0), [x / math.sqrt(1.25) for x in (0.5, -1.5, -0.5, 1.5)], 1e-12)
+    close(
+        whiten(t(0.5, -1.5, -0.5, 1.5), eps=0.0), [x / math.sqrt(1.25) for x in (0.5, -1.5, -0.5, 1.5)], 1e-12
+    )
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -159,7 +161,9 @@ def test_parpo_zero_variance_group_under_high_anchor_is_bounded() -> None:
 def test_parpo_anchor_below_group_mean_changes_only_the_scale() -> None:
     # b = max(.5, .3 - 1 * .1) = .5 (group mean binds); s = max(.22361, .1, .04) -> plain GRPO numbers
     pref = {"preference": t(0.2, 0.4, 0.6, 0.8)}
-    adv, m = ADVANTAGES["parpo"](pref, G4, U4, AnchorSnapshot.from_lists([0.3], [0.01], [9]), AdvantageConfig())
+    adv, m = ADVANTAGES["parpo"](
+        pref, G4, U4, AnchorSnapshot.from_lists([0.3], [0.01], [9]), AdvantageConfig()
+    )
     close(adv, [-1.3416, -0.4472, 0.4472, 1.3416], 1e-4)
     assert m["preference/frac_anchor_baseline"] == 0.0
 
@@ -182,8 +186,13 @@ def test_compute_advantages_dispatches_by_name_and_unknown_name_suggests() -> No
 
 
 def test_float32_rewards_stay_float32() -> None:
-    adv, _ = ADVANTAGES["parpo"]({"preference": torch.tensor([0.0, 1.0])}, torch.zeros(2, dtype=torch.long),
-                                 torch.zeros(2, dtype=torch.long), None, AdvantageConfig())
+    adv, _ = ADVANTAGES["parpo"](
+        {"preference": torch.tensor([0.0, 1.0])},
+        torch.zeros(2, dtype=torch.long),
+        torch.zeros(2, dtype=torch.long),
+        None,
+        AdvantageConfig(),
+    )
     assert adv.dtype == torch.float32
 
 
@@ -256,7 +265,10 @@ def test_parpo_invariant_to_rescaling_one_users_rewards(sizes, rnd, scale, n_his
     comps, group = _batch(sizes, rnd, n_components=2)
     user = group % 2
     history = [
-        (torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([rnd.randint(0, 20) / 20 for _ in range(6)], dtype=F64))
+        (
+            torch.tensor([0, 0, 0, 1, 1, 1]),
+            torch.tensor([rnd.randint(0, 20) / 20 for _ in range(6)], dtype=F64),
+        )
         for _ in range(n_history)
     ]
 

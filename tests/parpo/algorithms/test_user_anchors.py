@@ -74,7 +74,9 @@ def test_snapshot_is_pre_update_copy_and_lookup_pads_unknown_users() -> None:
     upd(store, [1], [1.0])
     assert float(snap.mean[1]) == 0.5 and int(snap.count[1]) == 1
     mu, var, count = snap.lookup(torch.tensor([1, 0, 5, -1]))
-    assert mu.tolist() == [0.5, 0.0, 0.0, 0.0] and count.tolist() == [1, 0, 0, 0] and var.tolist() == [0.0] * 4
+    assert (
+        mu.tolist() == [0.5, 0.0, 0.0, 0.0] and count.tolist() == [1, 0, 0, 0] and var.tolist() == [0.0] * 4
+    )
     empty = AnchorSnapshot.from_lists([], [], [])
     assert empty.lookup(torch.tensor([0, 2]))[2].tolist() == [0, 0]
 
@@ -185,3 +187,9 @@ def test_all_gather_keeps_ranks_identical_and_equal_to_one_process(tmp_path: Pat
     b0, b1 = (torch.load(tmp_path / f"broadcast{r}.pt") for r in (0, 1))
     assert all(torch.equal(b0[k], b1[k]) for k in ("user", "mean", "var", "count", "n_obs"))
     assert b1["user"].tolist() == [0, 1, 2, 3, 5]  # rank 0's extra user 5, not rank 1's user 6
+
+
+def test_store_from_config_uses_anchor_alpha() -> None:
+    from parpo.algorithms import AdvantageConfig
+
+    assert AnchorStore.from_config(AdvantageConfig(anchor_alpha=0.05)).alpha == 0.05

@@ -1,0 +1,20 @@
+"""The ``data`` config group (``configs/data/*.yaml``): runtime, splits, generator."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from data_pipelines.config import RuntimeConfig, StrictModel
+from data_pipelines.splits.rule import PositivesRule
+from data_pipelines.synth import SynthConfig
+
+
+class SplitConfig(StrictModel):
+    seed: int = Field(0, description="split realisation; lineage records it")
+    positives: PositivesRule = PositivesRule()
+
+
+class DataConfig(StrictModel):
+    runtime: RuntimeConfig = RuntimeConfig()
+    split: SplitConfig = SplitConfig()
+    synth: SynthConfig = SynthConfig()

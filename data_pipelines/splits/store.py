@@ -1,0 +1,247 @@
+"""Split folders on disk: write (atomically), load (recomputing when stale), popularity.
+
+Layout: ``DIR/splits/<name>/<seed>-<rule-hash>/`` holding ``meta.json`` and one
+parquet file per part (``train``, ``valid``, ``test``, plus ``cold_profile``
+and ``cold_test`` where the protocol sets cold users aside), each with the
+canonical interaction columns, sorted by user, ts, seq.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from data_pipelines.dataset import Dataset
+from data_pipelines.errors import DataError
+from data_pipelines.schema import INTERACTIONS, SCHEMA_VERSION, polars_schema, to_arrow
+from data_pipelines.splits.prepare import COLUMNS, ORDER, Prepared
+from data_pipelines.splits.registry import SPLITS, applicable_for
+from data_pipelines.splits.rule import PositivesRule
+from data_pipelines.transaction import atomic_write_json, fsync_dir
+
+PARTS = ("train", "valid", "test", "cold_profile", "cold_test")
+META = "meta.json"
+FORMAT_VERSION = 1
+
+
+def _empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=polars_schema(INTERACTIONS))
+
+
+@dataclass
+class Split:
+    """One split realisation. Every part is a DataFrame of canonical interaction rows
+    (positives only, except ``cold_profile``: all of a cold user's earliest events);
+    parts a protocol does not produce are empty. ``meta`` is the ``meta.json`` content;
+    ``path`` is the folder it lives in (None if it could not be written)."""
+
+    train: pl.DataFrame = field(default_factory=_empty)
+    valid: pl.DataFrame = field(default_factory=_empty)
+    test: pl.DataFrame = field(default_factory=_empty)
+    cold_profile: pl.DataFrame = field(default_factory=_empty)
+    cold_test: pl.DataFrame = field(default_factory=_empty)
+    meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def parts(self) -> dict[str, pl.DataFrame]:
+        return {k: getattr(self, k) for k in PARTS if k in self.meta.get("counts", {})}
+
+
+def split_dir(dataset: Dataset, name: str, seed: int = 0, rule: PositivesRule | None = None) -> Path:
+    """``DIR/splits/<name>/<seed>-<rule-hash>``."""
+    rule = rule or PositivesRule()
+    return dataset.root / "splits" / name / f"{seed}-{rule.rule_hash()}"
+
+
+def _check_name(source: str, name: str) -> None:
+    if name not in SPLITS:
+        raise DataError(f"unknown split '{name}'; choose from {', '.join(sorted(SPLITS))}")
+    ok = applicable_for(source)
+    if name not in ok:
+        raise DataError(f"split '{name}' does not apply to {source} datasets; applicable: {', '.join(ok)}")
+
+
+def compute_split(
+    dataset: Dataset, name: str, seed: int = 0, rule: PositivesRule | None = None, *, prepared: Prepared | None = None
+) -> Split:
+    """Cut the split in memory (nothing written). ``prepared`` reuses a shared read of the data."""
+    rule = rule or PositivesRule()
+    _check_name(dataset.source, name)
+    p = prepared if prepared is not None else Prepared.of(dataset, seed, rule)
+    if (p.seed, p.rule.rule_hash(), p.fingerprint) != (seed, rule.rule_hash(), dataset.fingerprint):
+        raise ValueError("prepared data is for another seed, rule or dataset")
+    raw = SPLITS[name](p)
+    parts = {k: raw[k].sort(ORDER, nulls_last=True).select(COLUMNS) for k in PARTS if k in raw}
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "seed": seed,
+        "rule": rule.canonical(),
+        "rule_hash": rule.rule_hash(),
+        "data_fingerprint": dataset.fingerprint,
+        "source": dataset.source,
+        "schema_version": SCHEMA_VERSION,
+        "counts": {k: v.height for k, v in parts.items()},
+        "users": {
+            "train": parts["train"].get_column("user_id").n_unique(),
+            "cold": p.cold_users.len() if "cold_profile" in parts else 0,
+        },
+        "created": datetime.now(UTC).isoformat(),
+    }
+    return Split(**parts, meta=meta)
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((path / META).read_text())
+    except (OSError, ValueError):
+        return None
+    if not all((path / f"{k}.parquet").exists() for k in meta.get("counts", {})):
+        return None  # a folder someone damaged: treat as missing
+    return meta
+
+
+def _is_current(path: Path, dataset: Dataset) -> bool:
+    meta = _read_meta(path)
+    return meta is not None and meta.get("data_fingerprint") == dataset.fingerprint
+
+
+def _write_parquet(df: pl.DataFrame, path: Path) -> None:
+    pq.write_table(to_arrow(df, INTERACTIONS), path, compression="zstd")
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def save_split(split: Split, target: Path) -> Path:
+    """Publish ``split`` at ``target``: build a temp sibling folder, fsync, rename.
+
+    If ``target`` already holds a split of the same data fingerprint (a
+    concurrent writer won), that one is kept. A stale ``target`` is swapped
+    out and deleted.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for k, df in split.parts().items():
+            _write_parquet(df, tmp / f"{k}.parquet")
+        atomic_write_json(tmp / META, split.meta)
+        fsync_dir(tmp)
+        _publish(tmp, target, split.meta["data_fingerprint"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    fsync_dir(target.parent)
+    split.path = target
+    return target
+
+
+def _publish(tmp: Path, target: Path, fingerprint: str) -> None:
+    old_meta = _read_meta(target) if target.exists() else None
+    if old_meta is not None and old_meta.get("data_fingerprint") == fingerprint:
+        return
+    if target.exists():
+        # rename() cannot replace a non-empty folder: move the stale one aside first.
+        trash = target.parent / f".old-{target.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(target, trash)
+        except FileNotFoundError:
+            trash = None
+    else:
+        trash = None
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        # Another writer published between our check and rename; keep theirs if current.
+        meta = _read_meta(target)
+        if meta is None or meta.get("data_fingerprint") != fingerprint:
+            raise
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def write_split(
+    dataset: Dataset,
+    name: str,
+    seed: int = 0,
+    rule: PositivesRule | None = None,
+    *,
+    prepared: Prepared | None = None,
+) -> Path:
+    """Write ``name`` (one realisation: ``seed``, ``rule``) under the dataset; returns its folder.
+
+    A folder already current for the dataset's fingerprint is kept as is.
+    Raises ``DataError`` for an unknown split or one that does not apply to the source.
+    """
+    rule = rule or PositivesRule()
+    _check_name(dataset.source, name)
+    target = split_dir(dataset, name, seed, rule)
+    if _is_current(target, dataset):
+        return target
+    return save_split(compute_split(dataset, name, seed, rule, prepared=prepared), target)
+
+
+def write_all(dataset: Dataset, seed: int = 0, rule: PositivesRule | None = None) -> dict[str, Path]:
+    """Write every split that applies to the dataset's source; the data are read once."""
+    rule = rule or PositivesRule()
+    names = applicable_for(dataset.source)
+    todo = [n for n in names if not _is_current(split_dir(dataset, n, seed, rule), dataset)]
+    prepared = Prepared.of(dataset, seed, rule) if todo else None
+    return {n: write_split(dataset, n, seed, rule, prepared=prepared) for n in names}
+
+
+def read_split(path: Path) -> Split:
+    """Read a split folder as written by ``save_split``."""
+    meta = _read_meta(path)
+    if meta is None:
+        raise DataError(f"{path}: not a split folder (missing meta.json or parts); delete it to recompute")
+    parts = {k: pl.read_parquet(path / f"{k}.parquet") for k in meta["counts"]}
+    return Split(**parts, meta=meta, path=path)
+
+
+def load_split(
+    dataset: Dataset,
+    name: str,
+    seed: int = 0,
+    rule: PositivesRule | None = None,
+    compute_missing: bool = True,
+) -> Split:
+    """The split ``name`` for this dataset, seed and rule.
+
+    Read from disk when its ``data_fingerprint`` matches the dataset's; otherwise
+    (missing, stale, damaged) computed on the fly and written, or, where the
+    dataset folder is not writable, returned from memory (``path`` None).
+    With ``compute_missing=False`` a missing or stale split is a ``DataError``.
+    """
+    rule = rule or PositivesRule()
+    _check_name(dataset.source, name)
+    target = split_dir(dataset, name, seed, rule)
+    if _is_current(target, dataset):
+        return read_split(target)
+    if not compute_missing:
+        state = "stale (data changed)" if target.exists() else "missing"
+        raise DataError(f"{target}: split is {state}; run `parpo data split {name}` or allow computing it")
+    split = compute_split(dataset, name, seed, rule)
+    try:
+        save_split(split, target)
+    except PermissionError:
+        split.path = None
+    return split
+
+
+def train_popularity(split: Split) -> pl.DataFrame:
+    """item_id, count: positives per item in the split's *train* part only (what a model
+    may see), most popular first (ties by item_id)."""
+    return (
+        split.train.group_by("item_id")
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+        .sort(["count", "item_id"], descending=[True, False])
+    )

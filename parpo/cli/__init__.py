@@ -1,0 +1,1 @@
+"""The ``parpo`` command: the top layer; imports every other part lazily."""

@@ -1,0 +1,44 @@
+"""Entry point of the ``parpo`` command.
+
+Only typer and the tiny error module are imported here; every command imports
+what it needs when it runs, so ``parpo --help`` stays fast and never loads
+torch, Lightning or transformers.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from data_pipelines.errors import UserError
+from parpo.cli.data import app as data_app
+from parpo.cli.demo import demo
+
+app = typer.Typer(
+    name="parpo",
+    help="PARPO: personalised agentic RL for e-commerce. Ingest logs, train reward models and "
+    "policies, evaluate offline, serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+app.add_typer(data_app, name="data")
+app.command("demo")(demo)
+
+
+def main() -> None:
+    """Run the CLI; user errors become one ``error:`` line and exit status 1."""
+    try:
+        app()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

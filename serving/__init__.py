@@ -1,0 +1,1 @@
+"""The online endpoint: FastAPI app serving PARPO policies from the registry."""

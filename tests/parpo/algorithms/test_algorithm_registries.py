@@ -1,0 +1,34 @@
+"""The four registries are plain name -> function mappings with readable misses."""
+
+from __future__ import annotations
+
+import pytest
+
+import parpo.algorithms as A
+
+
+def test_registries_hold_the_documented_names() -> None:
+    assert set(A.ADVANTAGES) == {"grpo", "rloo", "gdpo", "dr_grpo", "parpo"}
+    assert set(A.LOSSES) == {"ppo"}
+    assert set(A.KL) == {"k1", "k2", "k3"}
+    assert set(A.AGGREGATIONS) == {
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+        "dr_grpo",
+    }
+
+
+def test_register_adds_and_refuses_duplicates() -> None:
+    reg: A.Registry = A.Registry("thing")
+
+    @reg.register("a")
+    def a() -> int:
+        return 1
+
+    assert reg["a"] is a and reg.get("b") is None
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("a")(a)
+    with pytest.raises(KeyError, match="unknown thing 'b'; known: a"):
+        reg["b"]
