@@ -227,7 +227,7 @@ def run_floor(data: str, path: Path, out: Path) -> dict:
     if data == "taobao-2h":
         df = pl.read_csv(path, has_header=False, new_columns=TAOBAO_COLUMNS, infer_schema=False)
     else:
-        df = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True)
+        df = pl.read_csv(path, infer_schema=False, quote_char=None, truncate_ragged_lines=True)
     out.mkdir(parents=True, exist_ok=True)
     df.write_parquet(out / "floor.parquet", compression="zstd")
     dt = time.perf_counter() - t

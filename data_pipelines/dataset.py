@@ -29,6 +29,9 @@ from data_pipelines.schema import SCHEMA_VERSION
 from data_pipelines.transaction import read_manifest, recover
 
 
+FEATURES = pl.List(pl.Struct({"key": pl.String, "value": pl.String}))
+
+
 def fingerprint_of(manifest: dict[str, Any]) -> str:
     """sha256 over the sorted partition hashes and the schema version."""
     h = hashlib.sha256(f"schema_version={SCHEMA_VERSION}\n".encode())
@@ -76,8 +79,13 @@ class Dataset:
         return pl.scan_parquet(paths)
 
     def table(self, name: str) -> pl.DataFrame | None:
+        """A side table; map columns (features) come as list<struct<key, value>>."""
         entry = self.manifest.get("tables", {}).get(name)
-        return pl.read_parquet(self.root / entry["path"]) if entry else None
+        if not entry:
+            return None
+        df = pl.read_parquet(self.root / entry["path"])
+        maps = [c for c, t in df.schema.items() if isinstance(t, pl.Map)]
+        return df.with_columns(pl.col(c).cast(FEATURES) for c in maps) if maps else df
 
     def items(self) -> pl.DataFrame:
         return self._required("items")

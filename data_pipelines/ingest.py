@@ -123,7 +123,7 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
     key_cols = pl.struct([*ROW_COLUMNS, ORD])
     n_chunk = 0
     for spec in source.files:
-        for chunk in spec.chunks():
+        for i_chunk, chunk in enumerate(spec.chunks()):
             rows_in += chunk.n_lines
             rows = spec.transform(chunk.fields).with_columns(check)
             bad = rows.filter(pl.col(REASON).is_not_null()).group_by(LINE).agg(pl.col(REASON).first())
@@ -150,6 +150,12 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
                     ),
                 ]
             ).with_columns(pl.lit(txn.id).alias("ingest_id"), pl.lit(str(spec.path)).alias("file"))
+            if i_chunk == 0 and rows.height == 0 and not dup_lines.height and rejected.height:
+                first = rejected.sort("line").row(0, named=True)
+                raise DataError(
+                    f"{spec.path}: does not look like '{source.name}' input: none of its first "
+                    f"{chunk.n_lines:,} lines is a valid record (line {first['line']}: {first['reason']})"
+                )
             rejects.append(rejected)
             rows_rejected += rejected.height
 

@@ -60,6 +60,7 @@ class Transaction:
         self.dir = root / f".txn-{self.id}"
         self.dir.mkdir(parents=True, exist_ok=False)
         self._files: list[str] = []
+        self.committed = False
 
     def path(self, rel: str) -> Path:
         """Staging path for the file that will live at ``root/rel``."""
@@ -83,10 +84,13 @@ class Transaction:
         fsync_dir(self.dir)
         manifest = dict(manifest, pending={"txn": self.id, "files": list(self._files)})
         atomic_write_json(self.root / MANIFEST, manifest)  # the commit point
+        self.committed = True
         apply_pending(self.root)
 
     def abort(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Drop an uncommitted transaction; a committed one is kept for roll-forward."""
+        if not self.committed:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def apply_pending(root: Path) -> None:

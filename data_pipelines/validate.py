@@ -70,7 +70,7 @@ def common_checks(now: datetime | None = None) -> pl.Expr:
     """The checks every canonical row must pass (applied after the adapter's own)."""
     now = now or datetime.now(UTC)
     ts_max = now + TS_FUTURE_SLACK
-    events = pl.Series(list(EVENTS))
+    events = list(EVENTS)
     checks = [
         pl.col(REASON),
         pl.when(pl.col("user_id").is_null() & pl.col("request_id").is_null()).then(

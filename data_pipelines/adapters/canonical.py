@@ -112,10 +112,10 @@ def csv_rows(fields: pl.DataFrame, m: Mapping) -> pl.DataFrame:
     """String fields named by canonical columns -> typed canonical rows."""
     exprs, reasons = [], []
     for c in fields.columns:
-        if c in STRING_COLUMNS:
+        if c == "event" and m.events:
+            exprs.append(nonempty(pl.col("event")).replace(m.events).alias("event"))
+        elif c in STRING_COLUMNS:
             exprs.append(nonempty(pl.col(c)).alias(c))
-    if "event" in fields.columns and m.events:
-        exprs.append(nonempty(pl.col("event")).replace(m.events).alias("event"))
     if "ts" in fields.columns:
         ts, why = parse_ts("ts", m.timestamp)
         exprs.append(ts.alias("ts"))
@@ -125,7 +125,8 @@ def csv_rows(fields: pl.DataFrame, m: Mapping) -> pl.DataFrame:
             v, why = number(c, t)
             exprs.append(v.alias(c))
             reasons.append(why)
-    return finish(fields.select(LINE, *exprs), *reasons)
+    named = [r.alias(f"__why{i}") for i, r in enumerate(reasons)]
+    return finish(fields.select(LINE, *exprs, *named), *[pl.col(r.meta.output_name()) for r in named])
 
 
 def _parquet_spec(path: Path) -> FileSpec:

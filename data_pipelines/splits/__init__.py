@@ -8,7 +8,13 @@ dataset depends on its source (``applicable_splits``). See docs/splits.md.
 
 from data_pipelines.splits import protocols as _protocols  # noqa: F401  (fills SPLITS)
 from data_pipelines.splits.prepare import Prepared
-from data_pipelines.splits.registry import SPLITS, SplitFn, applicable_for, applicable_splits
+from data_pipelines.splits.registry import (
+    HISTORY_SPLITS,
+    SPLITS,
+    SplitFn,
+    applicable_for,
+    applicable_splits,
+)
 from data_pipelines.splits.rule import PositivesRule
 from data_pipelines.splits.store import (
     Split,
@@ -22,6 +28,7 @@ from data_pipelines.splits.store import (
 )
 
 __all__ = [
+    "HISTORY_SPLITS",
     "SPLITS",
     "PositivesRule",
     "Prepared",

@@ -36,7 +36,9 @@ class SynthConfig(BaseModel):
     attributes_per_item: int = Field(3, ge=0)
     rounds: int = Field(10, ge=1, description="Exposure rounds (one session per user per round).")
     slate_size: int = Field(10, ge=1, description="Impressions per user per round.")
-    uniform_slate_size: int = Field(20, ge=1, description="Items shown at random to each user in uniform_test.")
+    uniform_slate_size: int = Field(
+        20, ge=1, description="Items shown at random to each user in uniform_test."
+    )
 
     # Users: interest u = sqrt(w_r) m_region + sqrt(w_a) g_age + sqrt(1 - w_r - w_a) z
     n_regions: int = Field(8, ge=1)
@@ -44,7 +46,7 @@ class SynthConfig(BaseModel):
     age_weight: float = Field(0.2, ge=0, le=1, description="Share of interest variance set by age band.")
     # Conformity c_u ~ Gamma(shape, scale)
     conformity_shape: float = Field(2.0, gt=0)
-    conformity_scale: float = Field(0.4, gt=0)
+    conformity_scale: float = Field(0.25, gt=0)
 
     # Items: v = sqrt(w_c) q_category + sqrt(1 - w_c) z
     category_weight: float = Field(0.5, ge=0, le=1, description="Share of item variance set by category.")
@@ -59,7 +61,7 @@ class SynthConfig(BaseModel):
     exposure_beta: float = Field(1.5, ge=0)
 
     # Response: click logit = bias + a * s(u, i) + c_u * log(1 + n_i / mean(n)) + N(0, noise_sd^2)
-    click_bias: float = Field(-3.0)
+    click_bias: float = Field(-3.5)
     interest_weight: float = Field(1.5, ge=0)
     noise_sd: float = Field(0.5, ge=0)
     # Funnel: P(event | parent) = sigmoid(logit(rate) + funnel_interest_weight * s(u, i))

@@ -41,7 +41,6 @@ def ids(prefix: str, n: int) -> pl.Series:
     return (prefix + digits).rename("id")
 
 
-
 def names(base: tuple[str, ...], prefix: str, n: int) -> list[str]:
     return [base[k] if k < len(base) else f"{prefix}{k:03d}" for k in range(n)]
 
@@ -53,17 +52,17 @@ class World:
     Arrays are indexed by user / item row (the number in the id).
     """
 
-    user_ids: pl.Series  # [U] "u0000", ...
-    item_ids: pl.Series  # [I] "i0000", ...
-    user_vectors: np.ndarray  # [U, dim] float32, interest u
-    item_vectors: np.ndarray  # [I, dim] float32, latent v
-    conformity: np.ndarray  # [U] float64, c_u >= 0
-    region: np.ndarray  # [U] int, region index
-    age_band: np.ndarray  # [U] int, index into AGE_BANDS
-    device: np.ndarray  # [U] int, index into DEVICES
-    category: np.ndarray  # [I] int, category index
-    attributes: np.ndarray  # [I, attributes_per_item] int, attribute indices
-    price: np.ndarray  # [I] float64
+    user_ids: pl.Series  # [n_users] "u0000", ...
+    item_ids: pl.Series  # [n_items] "i0000", ...
+    user_vectors: np.ndarray  # [n_users, dim] float32, interest u
+    item_vectors: np.ndarray  # [n_items, dim] float32, latent v
+    conformity: np.ndarray  # [n_users] float64, c_u >= 0
+    region: np.ndarray  # [n_users] int, region index
+    age_band: np.ndarray  # [n_users] int, index into AGE_BANDS
+    device: np.ndarray  # [n_users] int, index into DEVICES
+    category: np.ndarray  # [n_items] int, category index
+    attributes: np.ndarray  # [n_items, attributes_per_item] int, attribute indices
+    price: np.ndarray  # [n_items] float64
     category_names: list[str]
     attribute_names: list[str]
 
@@ -106,43 +105,43 @@ def interest(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.random.Generator) -> World:
-    U, I, d = cfg.n_users, cfg.n_items, cfg.dim
+    n_users, n_items, d = cfg.n_users, cfg.n_items, cfg.dim
 
     # Users: region and age centroids explain region_weight + age_weight of each coordinate's variance.
-    region = rng_users.integers(0, cfg.n_regions, U)
-    age_band = rng_users.choice(len(AGE_BANDS), U, p=[0.15, 0.27, 0.23, 0.17, 0.11, 0.07])
-    device = rng_users.choice(len(DEVICES), U, p=[0.5, 0.3, 0.2])
+    region = rng_users.integers(0, cfg.n_regions, n_users)
+    age_band = rng_users.choice(len(AGE_BANDS), n_users, p=[0.15, 0.27, 0.23, 0.17, 0.11, 0.07])
+    device = rng_users.choice(len(DEVICES), n_users, p=[0.5, 0.3, 0.2])
     m_region = rng_users.standard_normal((cfg.n_regions, d))
     g_age = rng_users.standard_normal((len(AGE_BANDS), d))
-    personal = rng_users.standard_normal((U, d))
+    personal = rng_users.standard_normal((n_users, d))
     w_own = 1.0 - cfg.region_weight - cfg.age_weight
     u = (
         np.sqrt(cfg.region_weight) * m_region[region]
         + np.sqrt(cfg.age_weight) * g_age[age_band]
         + np.sqrt(w_own) * personal
     )
-    conformity = rng_users.gamma(cfg.conformity_shape, cfg.conformity_scale, U)
+    conformity = rng_users.gamma(cfg.conformity_shape, cfg.conformity_scale, n_users)
 
     # Items: category centroid + personal part; attributes = top directions (noisy); log-normal prices.
     sizes = 1.0 / np.arange(1, cfg.n_categories + 1) ** cfg.category_skew
-    category = rng_items.choice(cfg.n_categories, I, p=sizes / sizes.sum())
+    category = rng_items.choice(cfg.n_categories, n_items, p=sizes / sizes.sum())
     q_cat = rng_items.standard_normal((cfg.n_categories, d))
     v = np.sqrt(cfg.category_weight) * q_cat[category] + np.sqrt(1 - cfg.category_weight) * (
-        rng_items.standard_normal((I, d))
+        rng_items.standard_normal((n_items, d))
     )
     directions = rng_items.standard_normal((cfg.n_attributes, d))
     affinity = v @ directions.T / np.sqrt(d) + cfg.attribute_noise * rng_items.standard_normal(
-        (I, cfg.n_attributes)
+        (n_items, cfg.n_attributes)
     )
     k = cfg.attributes_per_item
     top = np.argsort(-affinity, axis=1, kind="stable")[:, :k]
     log_mu = np.log(cfg.price_median) + cfg.price_category_sd * rng_items.standard_normal(cfg.n_categories)
-    price = np.round(np.exp(log_mu[category] + cfg.price_item_sd * rng_items.standard_normal(I)), 2)
+    price = np.round(np.exp(log_mu[category] + cfg.price_item_sd * rng_items.standard_normal(n_items)), 2)
     price = np.maximum(price, 0.01)
 
     return World(
-        user_ids=ids("u", U),
-        item_ids=ids("i", I),
+        user_ids=ids("u", n_users),
+        item_ids=ids("i", n_items),
         user_vectors=u.astype(np.float32),
         item_vectors=v.astype(np.float32),
         conformity=conformity,

@@ -64,6 +64,46 @@ def profile_size(n: int) -> int:
     return min(n, max(3, math.ceil(0.2 * n)))
 
 
-def keys(df: pl.DataFrame) -> set[tuple[str | None, int]]:
-    """Row identity inside a dataset: (user_id, seq)."""
-    return set(zip(df.get_column("user_id").to_list(), df.get_column("seq").to_list(), strict=True))
+def keys(df: pl.DataFrame) -> set[tuple[str | None, str | None, int]]:
+    """Row identity inside a dataset: (user_id, request_id, seq); seq counts per user, or per request."""
+    return set(df.select("user_id", "request_id", "seq").iter_rows())
+
+
+def coat_rows(n_users: int = 40, n_items: int = 60, seed: int = 0) -> pl.DataFrame:
+    """Coat-like ratings without timestamps: per user 12 self-selected and 5 uniformly random
+    ratings (1..5) of distinct items."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for policy, k in (("self_selected", 12), ("uniform_random", 5)):
+        items = np.concatenate([rng.choice(n_items, size=k, replace=False) for _ in range(n_users)])
+        frames.append(
+            pl.DataFrame(
+                {
+                    "user_id": [f"u{u}" for u in np.repeat(np.arange(n_users), k)],
+                    "item_id": [f"i{i}" for i in items],
+                    "event": "rate",
+                    "value": rng.integers(1, 6, size=items.size).astype(float),
+                    "logging_policy": policy,
+                }
+            )
+        )
+    return pl.concat(frames)
+
+
+def obd_rows(n_requests: int = 200, seed: int = 0) -> pl.DataFrame:
+    """OBD-like anonymous slates: per policy and request 3 impressions (positions 1..3,
+    propensities) and a click on position 1 for every 4th request."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for policy in ("uniform_random", "obd_bts"):
+        for r in range(n_requests):
+            shown = rng.choice(30, size=3, replace=False)
+            when = T0 + timedelta(minutes=r)
+            for pos, item in enumerate(shown, start=1):
+                rows.append((f"{policy}-{r}", f"i{item}", when, "impression", pos, 1 / 30, policy))
+            if r % 4 == 0:
+                rows.append((f"{policy}-{r}", f"i{shown[0]}", when, "click", 1, 1 / 30, policy))
+    cols = ["request_id", "item_id", "ts", "event", "position", "propensity", "logging_policy"]
+    return pl.DataFrame(rows, schema=cols, orient="row").with_columns(
+        pl.lit(None, dtype=pl.String).alias("user_id"), pl.col("position").cast(pl.Int32)
+    )

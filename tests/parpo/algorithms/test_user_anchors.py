@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -9,8 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from parpo.algorithms import (
     AnchorSnapshot,
@@ -151,33 +153,32 @@ def test_invalid_inputs() -> None:
 
 # ----------------------------------------------------------------------------- data parallel (gloo)
 
-SHARDS = {
-    0: ([0, 1, 0, 2], [0.1, 0.5, 0.3, 1.0]),
-    1: ([1, 0, 2, 3, 3], [0.7, 0.8, 0.0, 0.2, 0.6]),
-}
-
-
-def _dp_worker(rank: int, init_file: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
-        store = AnchorStore(alpha=0.25)
-        upd(store, [0, 1], [0.5, 0.5])  # identical history on both ranks
-        users, rewards = SHARDS[rank]
-        store.update(torch.tensor(users), torch.tensor(rewards, dtype=F64), all_gather=True)
-        torch.save(store.state_dict(), f"{out_dir}/gathered{rank}.pt")
-        # diverge on purpose, then make rank 1 a copy of rank 0
-        upd(store, [5 + rank], [float(rank)])
-        store.broadcast_(src=0)
-        torch.save(store.state_dict(), f"{out_dir}/broadcast{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
 
 def test_all_gather_keeps_ranks_identical_and_equal_to_one_process(tmp_path: Path) -> None:
-    mp.spawn(_dp_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    """Two real processes in a gloo group (parpo_anchor_dp_worker.py), each with its own shard."""
+    worker = Path(__file__).with_name("parpo_anchor_dp_worker.py")
+    spec = importlib.util.spec_from_file_location("parpo_anchor_dp_worker", worker)
+    assert spec is not None and spec.loader is not None
+    shared = importlib.util.module_from_spec(spec)  # the worker's shards, by path: no package assumptions
+    spec.loader.exec_module(shared)
+    ALPHA, HISTORY, SHARDS = shared.ALPHA, shared.HISTORY, shared.SHARDS
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(rank), str(tmp_path / "init"), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for rank in (0, 1)
+    ]
+    outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+
     g0, g1 = (torch.load(tmp_path / f"gathered{r}.pt") for r in (0, 1))
-    single = AnchorStore(alpha=0.25)
-    upd(single, [0, 1], [0.5, 0.5])
+    single = AnchorStore(alpha=ALPHA)
+    upd(single, *HISTORY)
     upd(single, SHARDS[0][0] + SHARDS[1][0], SHARDS[0][1] + SHARDS[1][1])
     ref = single.state_dict()
     for key in ("user", "count", "n_obs"):

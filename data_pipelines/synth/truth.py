@@ -1,0 +1,271 @@
+"""``truth/``: what the generator knows and a model can only estimate, and how to read it.
+
+Layout of ``DIR/truth/`` (columns are also documented in ``meta.json``)::
+
+    interest.parquet      user_id, item_id, interest   all pairs (or observed pairs, when huge)
+    user_vectors.parquet  user_id, vector              interest vectors u (list<float32>)
+    conformity.parquet    user_id, conformity          c_u >= 0
+    items.parquet         item_id, vector, category, attributes, price, exposure, clicks
+    impressions.parquet   per impression: split, round, user_id, item_id, position, interest,
+                          popularity, conformity, noise, click_logit, click, cart, fav, buy
+    exposure.parquet      per round and item: exposure_before, clicks_before, probability
+    meta.json README.md   config, equations, column docs, statistics, file hashes
+
+The true interest of any pair is ``u . v / sqrt(dim)`` through the stored vectors:
+``true_interest(DIR, users, items)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from data_pipelines.errors import DataError
+from data_pipelines.synth.config import GENERATOR_VERSION
+from data_pipelines.synth.generate import SynthData
+from data_pipelines.synth.world import interest as row_interest
+
+#: Above this many user x item pairs, interest.parquet holds only the pairs in the logs.
+ALL_PAIRS_LIMIT = 5_000_000
+
+MODEL = {
+    "interest": "s(u, i) = u . v_i / sqrt(dim)",
+    "user_vector": "u = sqrt(region_weight) m_region + sqrt(age_weight) g_age + sqrt(1 - region_weight - age_weight) z",
+    "item_vector": "v = sqrt(category_weight) q_category + sqrt(1 - category_weight) z",
+    "conformity": "c_u ~ Gamma(conformity_shape, conformity_scale)",
+    "exposure": "each slot of a slate draws item i w.p. (clicks_i + exposure_alpha)^exposure_beta / sum; repeats redrawn",
+    "popularity": "pop_i = log(1 + n_i / mean_j n_j), n_i = impressions of i before the round (0 in round 0)",
+    "click": "P(click) = sigmoid(click_bias + interest_weight * s + c_u * pop_i + eps), eps ~ N(0, noise_sd^2)",
+    "funnel": "P(cart|click) = sigmoid(logit(cart_rate) + funnel_interest_weight * s); fav likewise; P(buy|cart) with buy_rate",
+    "uniform_test": "uniform_slate_size distinct items uniformly at random per user; same response model, pop from final counts",
+}
+
+COLUMNS = {
+    "interest.parquet": {
+        "user_id": "user id",
+        "item_id": "item id",
+        "interest": "s(u, i) (float32); unit variance over random pairs",
+    },
+    "user_vectors.parquet": {"user_id": "user id", "vector": "interest vector u, list<float32>[dim]"},
+    "conformity.parquet": {
+        "user_id": "user id",
+        "conformity": "c_u >= 0, weight of pop_i in the click logit",
+    },
+    "items.parquet": {
+        "item_id": "item id",
+        "vector": "latent vector v, list<float32>[dim]",
+        "category": "category name",
+        "attributes": "attribute names (top directions of v)",
+        "price": "price",
+        "exposure": "impressions in the main logs",
+        "clicks": "clicks in the main logs",
+    },
+    "impressions.parquet": {
+        "split": "'main' (the logs) or 'uniform' (uniform_test)",
+        "round": "round (uniform_test: rounds)",
+        "position": "1-based slot",
+        "interest": "s(u, i)",
+        "popularity": "pop_i at the time of the impression",
+        "conformity": "c_u",
+        "noise": "eps drawn for this impression",
+        "click_logit": "the click logit including eps",
+        "click/cart/fav/buy": "whether the event happened",
+    },
+    "exposure.parquet": {
+        "round": "round",
+        "item_id": "item id",
+        "exposure_before": "impressions before the round",
+        "clicks_before": "clicks before the round",
+        "probability": "single-draw probability of the item in the round's slates",
+    },
+}
+
+
+def truth_dir(root: str | Path) -> Path:
+    """``DIR/truth`` for a synthetic dataset folder, or ``root`` itself if it is a truth folder."""
+    root = Path(root)
+    for d in (root / "truth", root):
+        if (d / "meta.json").is_file():
+            return d
+    raise DataError(f"{root}: no truth/meta.json (write a synthetic dataset with `parpo data synth`)")
+
+
+def _vectors(a: np.ndarray) -> pl.Series:
+    return pl.Series("vector", a).cast(pl.List(pl.Float32))
+
+
+def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
+    """Write ``truth/`` atomically: staged in a sibling temp folder, fsynced, renamed into place."""
+    w, cfg = data.world, data.config
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.mkdir(parents=True)
+    try:
+        frames = {
+            "user_vectors.parquet": pl.DataFrame({"user_id": w.user_ids, "vector": _vectors(w.user_vectors)}),
+            "conformity.parquet": pl.DataFrame({"user_id": w.user_ids, "conformity": w.conformity}),
+            "items.parquet": data.items.select(
+                "item_id",
+                _vectors(w.item_vectors),
+                "category",
+                "attributes",
+                "price",
+                pl.Series("exposure", data.exposure_final),
+                pl.Series("clicks", data.clicks_final),
+            ),
+            "interest.parquet": _interest_pairs(data),
+            "impressions.parquet": data.impressions,
+            "exposure.parquet": data.exposure,
+        }
+        files = {}
+        for name, df in frames.items():
+            df.write_parquet(tmp / name, compression="zstd")
+            files[name] = {"rows": df.height}
+        meta = {
+            "generator_version": GENERATOR_VERSION,
+            "config": cfg.model_dump(mode="json"),
+            "config_digest": cfg.digest(),
+            "interest_pairs": "all" if cfg.n_users * cfg.n_items <= ALL_PAIRS_LIMIT else "observed",
+            "model": MODEL,
+            "columns": COLUMNS,
+            "stats": data.stats,
+            "files": files,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (tmp / "README.md").write_text(_readme(meta))
+        for f in tmp.iterdir():
+            _fsync(f)
+        _fsync(tmp)
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
+            os.replace(dest, old)
+            os.replace(tmp, dest)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, dest)
+        _fsync(dest.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _interest_pairs(data: SynthData) -> pl.DataFrame:
+    w, cfg = data.world, data.config
+    if cfg.n_users * cfg.n_items <= ALL_PAIRS_LIMIT:
+        u = np.repeat(np.arange(cfg.n_users), cfg.n_items)
+        i = np.tile(np.arange(cfg.n_items), cfg.n_users)
+    else:
+        idx = pl.DataFrame({"user_id": w.user_ids, "u": np.arange(cfg.n_users)})
+        pairs = (
+            data.impressions.select("user_id", "item_id")
+            .unique()
+            .join(idx, on="user_id")
+            .join(pl.DataFrame({"item_id": w.item_ids, "i": np.arange(cfg.n_items)}), on="item_id")
+            .sort("u", "i")
+        )
+        u, i = pairs["u"].to_numpy(), pairs["i"].to_numpy()
+    return pl.DataFrame(
+        {
+            "user_id": w.user_ids.gather(u),
+            "item_id": w.item_ids.gather(i),
+            "interest": w.interest(u, i).astype(np.float32),
+        }
+    )
+
+
+def _readme(meta: dict[str, Any]) -> str:
+    lines = [
+        "# Ground truth of a PARPO synthetic dataset",
+        "",
+        "Generated by `data_pipelines.synth` (generator version "
+        f"{meta['generator_version']}, config digest {meta['config_digest']}). "
+        "See docs/synthetic.md for the model and meta.json for the full config.",
+        "",
+        "## Model",
+        "",
+        *[f"- {k}: `{v}`" for k, v in meta["model"].items()],
+        "",
+        "## Files",
+        "",
+    ]
+    for name, cols in meta["columns"].items():
+        lines.append(f"- `{name}` ({meta['files'][name]['rows']} rows)")
+        lines.extend(f"  - `{c}`: {d}" for c, d in cols.items())
+    lines += ["", "Any pair: `data_pipelines.synth.true_interest(DIR, users, items)`.", ""]
+    return "\n".join(lines)
+
+
+class Truth:
+    """Read access to ``truth/``: true interest of any (user, item) pair, conformity, vectors."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.dir = truth_dir(root)
+        self.meta = json.loads((self.dir / "meta.json").read_text())
+        users = pl.read_parquet(self.dir / "user_vectors.parquet")
+        items = pl.read_parquet(self.dir / "items.parquet", columns=["item_id", "vector"])
+        self.user_ids, self.user_vectors = users["user_id"], _matrix(users["vector"])
+        self.item_ids, self.item_vectors = items["item_id"], _matrix(items["vector"])
+        self._conformity = pl.read_parquet(self.dir / "conformity.parquet")
+
+    def user_index(self, users: Sequence[str] | pl.Series | np.ndarray) -> np.ndarray:
+        return _lookup(self.user_ids, users, "user")
+
+    def item_index(self, items: Sequence[str] | pl.Series | np.ndarray) -> np.ndarray:
+        return _lookup(self.item_ids, items, "item")
+
+    def interest(self, users, items) -> np.ndarray:
+        """True interest of the pairs (users[k], items[k]); [N] float64."""
+        u, i = self.user_index(users), self.item_index(items)
+        if u.size != i.size:
+            raise ValueError(f"users ({u.size}) and items ({i.size}) must have the same length")
+        return row_interest(self.user_vectors[u], self.item_vectors[i])
+
+    def interest_matrix(self, users=None, items=None) -> np.ndarray:
+        """True interest of every user x item (all users / items when None); [U', I'] float64."""
+        u = self.user_vectors if users is None else self.user_vectors[self.user_index(users)]
+        v = self.item_vectors if items is None else self.item_vectors[self.item_index(items)]
+        return u.astype(np.float64) @ v.T.astype(np.float64) / np.sqrt(u.shape[1])
+
+    def conformity(self, users) -> np.ndarray:
+        """c_u for each user; [N] float64."""
+        return self._conformity["conformity"].to_numpy()[self.user_index(users)]
+
+
+def true_interest(root: str | Path, users, items) -> np.ndarray:
+    """True interest score s(u, i) = u . v_i / sqrt(dim) for pairs of ids, from ``root``'s truth/.
+
+    ``root``: a synthetic dataset folder (or its ``truth/``); ``users``, ``items``: equal-length
+    id sequences. Returns [N] float64. Loads the vectors on each call; use ``Truth`` to reuse them.
+    """
+    return Truth(root).interest(users, items)
+
+
+def _matrix(col: pl.Series) -> np.ndarray:
+    dim = int(col.list.len().max() or 0)
+    return col.list.to_array(dim).to_numpy().astype(np.float32, copy=False)
+
+
+def _lookup(known: pl.Series, ids, kind: str) -> np.ndarray:
+    want = pl.Series("id", list(ids) if not isinstance(ids, pl.Series | np.ndarray) else ids, dtype=pl.String)
+    index = pl.DataFrame({"id": known, "k": np.arange(known.len(), dtype=np.int64)})
+    found = pl.DataFrame({"id": want}).join(index, on="id", how="left", maintain_order="left")
+    missing = found.filter(pl.col("k").is_null())
+    if missing.height:
+        raise DataError(f"unknown {kind} id {missing['id'][0]!r} ({missing.height} unknown in all)")
+    return found["k"].to_numpy()

@@ -1,0 +1,173 @@
+"""Put a generated world on disk: canonical dataset, uniform_test, truth/ (and a CSV for benchmarks).
+
+The logs go through the real ingest (manifest, id maps, summary, rejects), so a
+synthetic dataset is read exactly like an ingested shop log.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from data_pipelines.adapters import canonical
+from data_pipelines.adapters.base import ROW_COLUMNS
+from data_pipelines.dataset import Dataset
+from data_pipelines.errors import DataError
+from data_pipelines.ingest import ingest
+from data_pipelines.synth.config import SynthConfig
+from data_pipelines.synth.generate import SynthData, generate, generate_logs
+from data_pipelines.synth.truth import write_truth
+
+SOURCE = "synthetic"
+#: Columns of the benchmark CSV: what a shop's export typically carries.
+CSV_COLUMNS: tuple[str, ...] = (
+    "user_id",
+    "item_id",
+    "ts",
+    "event",
+    "value",
+    "category",
+    "session_id",
+    "position",
+)
+CSV_TS_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def write(config: SynthConfig | None, out: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
+    """Generate and write a synthetic dataset to ``out``; returns a summary.
+
+    ``out`` becomes a canonical dataset (source ``synthetic``) with ``uniform_test/``
+    (a canonical dataset sharing its id maps) and ``truth/`` (written last: its
+    ``meta.json`` marks a complete write). ``out`` must be empty or absent;
+    ``overwrite`` replaces an earlier synthetic dataset (one with ``truth/meta.json``).
+    """
+    cfg = config or SynthConfig()
+    out = Path(out)
+    _claim(out, overwrite)
+    started = time.perf_counter()
+    data = generate(cfg)
+    with tempfile.TemporaryDirectory(prefix="parpo-synth-") as tmp:
+        main = _ingest(data, data.interactions, Path(tmp) / "interactions.parquet", out)
+        uniform = _ingest(
+            data,
+            data.uniform,
+            Path(tmp) / "uniform_test.parquet",
+            out / "uniform_test",
+            share=Dataset(out),
+        )
+    meta = write_truth(data, out / "truth")
+    splits = _splits(out)
+    return {
+        "out": str(out),
+        "seed": cfg.seed,
+        "config_digest": cfg.digest(),
+        "dataset": main,
+        "uniform_test": uniform,
+        "truth": meta["files"],
+        "stats": data.stats,
+        "splits": splits,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _claim(out: Path, overwrite: bool) -> None:
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if overwrite and (out / "truth" / "meta.json").is_file():
+        shutil.rmtree(out)
+        return
+    hint = (
+        "pass overwrite=True (--force) to replace it"
+        if (out / "truth" / "meta.json").is_file()
+        else "choose a new or empty folder"
+    )
+    raise DataError(f"{out}: folder is not empty; synth writes a new dataset ({hint})")
+
+
+def _ingest(data: SynthData, rows: pl.DataFrame, path: Path, out: Path, share: Dataset | None = None):
+    rows.write_parquet(path)
+    src = canonical.source(path)
+    src.name = SOURCE
+    src.items = data.items
+    src.users = data.users
+    src.notes.append(
+        f"data_pipelines.synth seed={data.config.seed} config_digest={data.config.digest()} "
+        f"({path.stem.replace('_', ' ')})"
+    )
+    return ingest(src, out, share_idmaps_with=share)
+
+
+def _splits(out: Path) -> str:
+    try:
+        from data_pipelines.splits import write_all
+    except ImportError as e:
+        note = f"splits not written ({e}); data_pipelines.splits.write_all(Dataset(out), seed=0) writes them"
+        print(f"note: {note}", file=sys.stderr)
+        return note
+    write_all(Dataset(out), seed=0)
+    return "written (seed 0)"
+
+
+def write_csv(
+    config: SynthConfig | None,
+    path: str | Path,
+    n_rows: int | None = None,
+    *,
+    columns: Sequence[str] = CSV_COLUMNS,
+) -> dict[str, Any]:
+    """Write the main logs as one canonical CSV (header of canonical column names), in log order.
+
+    ``n_rows``: exactly this many rows; users and items are scaled together from
+    ``config`` so the shape of the logs (rows per user, exposure dynamics) stays the
+    same, and the log is cut after the ``n_rows``-th row. No truth is written.
+    Written atomically (temp file + rename).
+    """
+    cfg = config or SynthConfig()
+    bad = [c for c in columns if c not in ROW_COLUMNS]
+    if bad:
+        raise ValueError(f"unknown CSV column {bad[0]!r}; expected canonical columns {list(ROW_COLUMNS)}")
+    started = time.perf_counter()
+    rows = generate_logs(cfg)
+    if n_rows is not None:
+        if n_rows < 1:
+            raise ValueError("n_rows must be at least 1")
+        factor = n_rows / rows.height * 1.02
+        for _ in range(8):
+            cfg = _scaled(config or SynthConfig(), factor)
+            rows = generate_logs(cfg)
+            if rows.height >= n_rows:
+                break
+            factor *= 1.05 * n_rows / rows.height
+        rows = rows.head(n_rows)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        rows.select(columns).write_csv(tmp, datetime_format=CSV_TS_FORMAT)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {
+        "path": str(path),
+        "rows": rows.height,
+        "n_users": cfg.n_users,
+        "n_items": cfg.n_items,
+        "seed": cfg.seed,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _scaled(cfg: SynthConfig, factor: float) -> SynthConfig:
+    """``cfg`` with users and items multiplied by ``factor`` (items kept above the slate sizes)."""
+    n_items = max(cfg.slate_size, cfg.uniform_slate_size, 2, math.ceil(cfg.n_items * factor))
+    return cfg.model_copy(update={"n_users": max(2, math.ceil(cfg.n_users * factor)), "n_items": n_items})
