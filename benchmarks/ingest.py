@@ -103,9 +103,7 @@ def make_synthetic(path: Path, n_rows: int, seed: int = 0) -> dict:
     item = rng.permutation(n_items)[rng.choice(n_items, n, p=pop / pop.sum())]
     t0 = 1_709_251_200  # 2024-03-01T00:00:00Z
     ts = np.sort(t0 + rng.integers(0, 30 * 86_400, n))
-    event = rng.choice(
-        np.array(["view", "click", "cart", "fav", "buy"]), n, p=[0.62, 0.22, 0.08, 0.04, 0.04]
-    )
+    event = rng.choice(np.array(["view", "click", "cart", "fav", "buy"]), n, p=[0.62, 0.22, 0.08, 0.04, 0.04])
     item_cat = rng.integers(0, n_cats, n_items)
     cat_names = np.array([f'"Home, Garden {k}"' if k % 100 == 7 else f"c{k}" for k in range(n_cats)])
     item_price = np.round(rng.lognormal(3.0, 1.0, n_items), 2)
@@ -134,7 +132,9 @@ def make_synthetic(path: Path, n_rows: int, seed: int = 0) -> dict:
         "item_id": s("item").cast(pl.String),
         "ts": s("ts").cast(pl.String),
         "event": s("event"),
-        "value": pl.when(s("event").is_in(["cart", "buy"])).then(s("price").cast(pl.String)).otherwise(pl.lit("")),
+        "value": pl.when(s("event").is_in(["cart", "buy"]))
+        .then(s("price").cast(pl.String))
+        .otherwise(pl.lit("")),
         "category": s("cat"),
         "session_id": pl.format("s{}-{}", s("user"), s("ts") // 1800),
         "request_id": pl.when(s("rec")).then(pl.format("r{}", s("req"))).otherwise(pl.lit("")),
@@ -191,7 +191,9 @@ def make_synthetic(path: Path, n_rows: int, seed: int = 0) -> dict:
         .then(pl.lit(""))
         .otherwise(line)
     )
-    lines = df.select(line.alias("line"), (k == "").alias("clean"), pl.int_range(n).cast(pl.Float64).alias("at"))
+    lines = df.select(
+        line.alias("line"), (k == "").alias("clean"), pl.int_range(n).cast(pl.Float64).alias("at")
+    )
 
     # Exact duplicates of clean lines, repeated up to 1000 lines later (retries, double logging).
     clean = np.flatnonzero(lines["clean"].to_numpy())
@@ -284,7 +286,11 @@ def check_outputs(data: str, ours: Path, pandas_out: Path) -> str:
     if not a.equals(b):
         diff = [c for c in a.columns if not a[c].equals(b[c])]
         return f"interactions differ in columns {diff}"
-    ra = pl.read_parquet(ours / ds.manifest["ingests"][-1]["rejects"]).select("line", "raw", "reason").sort("line")
+    ra = (
+        pl.read_parquet(ours / ds.manifest["ingests"][-1]["rejects"])
+        .select("line", "raw", "reason")
+        .sort("line")
+    )
     rb = pl.read_parquet(pandas_out / "rejects.parquet").select("line", "raw", "reason").sort("line")
     if not ra.equals(rb):
         j = ra.join(rb, on="line", how="full", suffix="_pandas")
@@ -339,7 +345,9 @@ def bench(data: str, path: Path, rows: int, args: argparse.Namespace, work: Path
         "pandas_s": _r(t["pandas"]),
         "ratio_to_floor": _r(t["ours"] / t["floor"]) if t["ours"] and t["floor"] else None,
         "speedup_vs_pandas": _r(t["pandas"] / t["ours"]) if t["ours"] and t["pandas"] else None,
-        "peak_rss_mb": {c: _r(max(r["peak_rss_mb"] for r in runs[c]), 0) if runs.get(c) else None for c in CONTENDERS},
+        "peak_rss_mb": {
+            c: _r(max(r["peak_rss_mb"] for r in runs[c]), 0) if runs.get(c) else None for c in CONTENDERS
+        },
         "repeats": args.repeats,
         "runs_s": {c: [_r(r["seconds"]) for r in runs[c]] for c in args.contenders},
         "input_mb": _r(path.stat().st_size / 2**20, 1),
@@ -361,11 +369,15 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--datasets", nargs="+", default=["taobao-2h", "synthetic"], choices=["taobao-2h", "synthetic"])
+    p.add_argument(
+        "--datasets", nargs="+", default=["taobao-2h", "synthetic"], choices=["taobao-2h", "synthetic"]
+    )
     p.add_argument("--rows", nargs="+", type=int, default=[5_000_000], help="synthetic sizes (data lines)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    p.add_argument("--workdir", type=Path, help="keep generated CSVs here (reused when present); default: a temp dir")
+    p.add_argument(
+        "--workdir", type=Path, help="keep generated CSVs here (reused when present); default: a temp dir"
+    )
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per contender run")
     p.add_argument("--no-check", action="store_true", help="skip comparing the outputs of ours and pandas")
     p.add_argument("--seed", type=int, default=0)
@@ -397,7 +409,11 @@ def main() -> None:
                 if not path.is_file():
                     t = time.perf_counter()
                     info = make_synthetic(path, n, args.seed)
-                    print(f"# generated {path} in {time.perf_counter() - t:.1f}s: {info}", file=sys.stderr, flush=True)
+                    print(
+                        f"# generated {path} in {time.perf_counter() - t:.1f}s: {info}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 print(json.dumps(bench(data, path, n, args, work)), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

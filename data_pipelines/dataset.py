@@ -28,7 +28,6 @@ from data_pipelines.errors import DataError
 from data_pipelines.schema import SCHEMA_VERSION
 from data_pipelines.transaction import read_manifest, recover
 
-
 FEATURES = pl.List(pl.Struct({"key": pl.String, "value": pl.String}))
 
 

@@ -34,7 +34,13 @@ def id_hash64(ids: pl.Series, seed: int) -> pl.Series:
     per distinct id and joined back, so the Python cost is O(distinct ids).
     """
     distinct = ids.drop_nulls().unique()
-    values = [int.from_bytes(hashlib.sha256(f"{seed}\x1f{i}".encode()).digest()[:8], "big") for i in distinct]
+    prefix = hashlib.sha256(f"{seed}\x1f".encode())  # hashed once; each id continues a copy
+    digests = []
+    for i in distinct.cast(pl.String).to_list():
+        h = prefix.copy()
+        h.update(i.encode())
+        digests.append(h.digest()[:8])
+    values = np.frombuffer(b"".join(digests), dtype=">u8").astype(np.uint64)
     table = pl.DataFrame({"__id": distinct, "__h": pl.Series(values, dtype=pl.UInt64)})
     out = pl.DataFrame({"__id": ids}).join(table, on="__id", how="left", maintain_order="left")
     return out.get_column("__h").alias(ids.name)

@@ -99,12 +99,9 @@ class Prepared:
     def warm_positives(self) -> pl.DataFrame:
         """Positives of warm users in ORDER, with ``__prank`` (0-based order among the
         user's positives) and ``__np`` (the user's positives)."""
-        return (
-            self.history.filter(~pl.col("__cold") & pl.col("__pos"))
-            .with_columns(
-                pl.int_range(pl.len(), dtype=pl.Int64).over("user_id").alias("__prank"),
-                pl.len().over("user_id").cast(pl.Int64).alias("__np"),
-            )
+        return self.history.filter(~pl.col("__cold") & pl.col("__pos")).with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).over("user_id").alias("__prank"),
+            pl.len().over("user_id").cast(pl.Int64).alias("__np"),
         )
 
     @cached_property

@@ -71,7 +71,12 @@ def _check_name(source: str, name: str) -> None:
 
 
 def compute_split(
-    dataset: Dataset, name: str, seed: int = 0, rule: PositivesRule | None = None, *, prepared: Prepared | None = None
+    dataset: Dataset,
+    name: str,
+    seed: int = 0,
+    rule: PositivesRule | None = None,
+    *,
+    prepared: Prepared | None = None,
 ) -> Split:
     """Cut the split in memory (nothing written). ``prepared`` reuses a shared read of the data."""
     rule = rule or PositivesRule()
@@ -92,7 +97,7 @@ def compute_split(
         "schema_version": SCHEMA_VERSION,
         "counts": {k: v.height for k, v in parts.items()},
         "users": {
-            "train": parts["train"].get_column("user_id").n_unique(),
+            "train": parts["train"].get_column("user_id").drop_nulls().n_unique(),
             "cold": p.cold_users.len() if "cold_profile" in parts else 0,
         },
         "created": datetime.now(UTC).isoformat(),
@@ -227,8 +232,13 @@ def load_split(
     if _is_current(target, dataset):
         return read_split(target)
     if not compute_missing:
-        state = "stale (data changed)" if target.exists() else "missing"
-        raise DataError(f"{target}: split is {state}; run `parpo data split {name}` or allow computing it")
+        if not target.exists():
+            state = "missing"
+        elif _read_meta(target) is None:
+            state = "damaged (meta.json or a part is missing)"
+        else:
+            state = "stale (written for other data)"
+        raise DataError(f"{target}: split is {state}; recompute it (compute_missing=True)")
     split = compute_split(dataset, name, seed, rule)
     try:
         save_split(split, target)

@@ -170,6 +170,7 @@ def _interest_pairs(data: SynthData) -> pl.DataFrame:
     if cfg.n_users * cfg.n_items <= ALL_PAIRS_LIMIT:
         u = np.repeat(np.arange(cfg.n_users), cfg.n_items)
         i = np.tile(np.arange(cfg.n_items), cfg.n_users)
+        scores = Truth.matrix(w.user_vectors, w.item_vectors).ravel()
     else:
         idx = pl.DataFrame({"user_id": w.user_ids, "u": np.arange(cfg.n_users)})
         pairs = (
@@ -180,11 +181,12 @@ def _interest_pairs(data: SynthData) -> pl.DataFrame:
             .sort("u", "i")
         )
         u, i = pairs["u"].to_numpy(), pairs["i"].to_numpy()
+        scores = w.interest(u, i)
     return pl.DataFrame(
         {
             "user_id": w.user_ids.gather(u),
             "item_id": w.item_ids.gather(i),
-            "interest": w.interest(u, i).astype(np.float32),
+            "interest": scores.astype(np.float32),
         }
     )
 
@@ -240,6 +242,11 @@ class Truth:
         """True interest of every user x item (all users / items when None); [U', I'] float64."""
         u = self.user_vectors if users is None else self.user_vectors[self.user_index(users)]
         v = self.item_vectors if items is None else self.item_vectors[self.item_index(items)]
+        return self.matrix(u, v)
+
+    @staticmethod
+    def matrix(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """u v^T / sqrt(dim) for [U, dim] and [I, dim] vectors; [U, I] float64."""
         return u.astype(np.float64) @ v.T.astype(np.float64) / np.sqrt(u.shape[1])
 
     def conformity(self, users) -> np.ndarray:

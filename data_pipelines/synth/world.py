@@ -101,7 +101,8 @@ class World:
 
 def interest(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Row-wise u . v / sqrt(dim) for [N, dim] arrays (unit variance when coordinates are N(0, 1))."""
-    return np.einsum("nd,nd->n", u, v, dtype=np.float64) / np.sqrt(u.shape[1])
+    u64, v64 = u.astype(np.float64), v.astype(np.float64)
+    return np.einsum("nd,nd->n", u64, v64) / np.sqrt(u.shape[1])
 
 
 def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.random.Generator) -> World:

@@ -43,13 +43,20 @@ CSV_COLUMNS: tuple[str, ...] = (
 CSV_TS_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def write(config: SynthConfig | None, out: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
-    """Generate and write a synthetic dataset to ``out``; returns a summary.
+def write(
+    config: SynthConfig | None, out: str | Path, *, overwrite: bool = False, splits: bool = True
+) -> dict[str, Any]:
+    """Generate and write a synthetic dataset to ``out``; returns its ingest summary, extended.
 
     ``out`` becomes a canonical dataset (source ``synthetic``) with ``uniform_test/``
     (a canonical dataset sharing its id maps) and ``truth/`` (written last: its
     ``meta.json`` marks a complete write). ``out`` must be empty or absent;
     ``overwrite`` replaces an earlier synthetic dataset (one with ``truth/meta.json``).
+    ``splits``: also write every applicable split with seed 0 and the default rule.
+
+    The summary is the main dataset's ``summary.json`` plus ``uniform_test`` (its
+    summary), ``truth`` (files and row counts) and ``synth`` (seed, config digest,
+    statistics, splits note, seconds).
     """
     cfg = config or SynthConfig()
     out = Path(out)
@@ -66,17 +73,18 @@ def write(config: SynthConfig | None, out: str | Path, *, overwrite: bool = Fals
             share=Dataset(out),
         )
     meta = write_truth(data, out / "truth")
-    splits = _splits(out)
+    note = _splits(out) if splits else "not requested"
     return {
-        "out": str(out),
-        "seed": cfg.seed,
-        "config_digest": cfg.digest(),
-        "dataset": main,
+        **main,
         "uniform_test": uniform,
         "truth": meta["files"],
-        "stats": data.stats,
-        "splits": splits,
-        "seconds": round(time.perf_counter() - started, 3),
+        "synth": {
+            "seed": cfg.seed,
+            "config_digest": cfg.digest(),
+            "stats": data.stats,
+            "splits": note,
+            "seconds": round(time.perf_counter() - started, 3),
+        },
     }
 
 
@@ -124,8 +132,9 @@ def write_csv(
     n_rows: int | None = None,
     *,
     columns: Sequence[str] = CSV_COLUMNS,
-) -> dict[str, Any]:
-    """Write the main logs as one canonical CSV (header of canonical column names), in log order.
+) -> int:
+    """Write the main logs as one canonical CSV (header of canonical column names), in log order;
+    returns the number of data rows.
 
     ``n_rows``: exactly this many rows; users and items are scaled together from
     ``config`` so the shape of the logs (rows per user, exposure dynamics) stays the
@@ -136,7 +145,6 @@ def write_csv(
     bad = [c for c in columns if c not in ROW_COLUMNS]
     if bad:
         raise ValueError(f"unknown CSV column {bad[0]!r}; expected canonical columns {list(ROW_COLUMNS)}")
-    started = time.perf_counter()
     rows = generate_logs(cfg)
     if n_rows is not None:
         if n_rows < 1:
@@ -157,17 +165,11 @@ def write_csv(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return {
-        "path": str(path),
-        "rows": rows.height,
-        "n_users": cfg.n_users,
-        "n_items": cfg.n_items,
-        "seed": cfg.seed,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+    return rows.height
 
 
 def _scaled(cfg: SynthConfig, factor: float) -> SynthConfig:
     """``cfg`` with users and items multiplied by ``factor`` (items kept above the slate sizes)."""
     n_items = max(cfg.slate_size, cfg.uniform_slate_size, 2, math.ceil(cfg.n_items * factor))
-    return cfg.model_copy(update={"n_users": max(2, math.ceil(cfg.n_users * factor)), "n_items": n_items})
+    n_users = max(2, math.ceil(cfg.n_users * factor))
+    return SynthConfig.model_validate({**cfg.model_dump(), "n_users": n_users, "n_items": n_items})

@@ -182,6 +182,7 @@ class AnchorStore:
         self._var = torch.zeros(0, dtype=torch.float64)
         self._count = torch.zeros(0, dtype=torch.long)
         self._n_obs = torch.zeros(0, dtype=torch.long)
+        self._size = 0  # max user index seen + 1; the tensors above may have spare capacity
 
     @classmethod
     def from_config(cls, cfg: AdvantageConfig) -> AnchorStore:
@@ -198,16 +199,18 @@ class AnchorStore:
     def snapshot(self) -> AnchorSnapshot:
         """A copy of the current anchors (``[U]`` tensors), safe to use while others update."""
         with self._lock:
-            return AnchorSnapshot(self._mean.clone(), self._var.clone(), self._count.clone())
+            n = self._size
+            return AnchorSnapshot(self._mean[:n].clone(), self._var[:n].clone(), self._count[:n].clone())
 
     def n_obs(self) -> Tensor:
         """``[U]`` int64: rewards seen per user (for reports; the EMA uses update counts)."""
         with self._lock:
-            return self._n_obs.clone()
+            return self._n_obs[: self._size].clone()
 
     # ------------------------------------------------------------------ writing
 
     def _grow(self, size: int) -> None:
+        self._size = max(self._size, size)
         old = self._mean.numel()
         if size <= old:
             return
@@ -236,6 +239,8 @@ class AnchorStore:
         """Apply already-merged per-user batch statistics (one EMA step per listed user)."""
         if stats.user.numel() and int(stats.user.min()) < 0:
             raise ValueError("user indices must be >= 0")
+        if torch.unique(stats.user).numel() != stats.user.numel():
+            raise ValueError("apply() needs one row per user: merge shards with merge_user_batch_stats first")
         with self._lock:
             if stats.user.numel():
                 self._grow(int(stats.user.max()) + 1)
@@ -292,6 +297,7 @@ class AnchorStore:
             self._n_obs = torch.zeros(size, dtype=torch.long).index_copy_(
                 0, user, torch.as_tensor(state["n_obs"], dtype=torch.long)
             )
+            self._size = size
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the anchors to a parquet file atomically (temp file + fsync + ``os.replace``)."""

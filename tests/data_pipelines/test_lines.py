@@ -61,7 +61,10 @@ cell = st.text(alphabet='ab,"\n x\x00é', max_size=6)
 
 
 @settings(max_examples=150, deadline=None)
-@given(rows=st.lists(st.lists(cell, min_size=1, max_size=5), min_size=1, max_size=30), chunk_bytes=st.integers(5, 200))
+@given(
+    rows=st.lists(st.lists(cell, min_size=1, max_size=5), min_size=1, max_size=30),
+    chunk_bytes=st.integers(5, 200),
+)
 def test_random_corruption_is_fully_accounted_for(tmp_path_factory, rows, chunk_bytes):
     """Every physical line ends up in fields or rejects, exactly once; good lines parse like csv."""
     text = "\n".join(",".join(r) for r in rows) + "\n"

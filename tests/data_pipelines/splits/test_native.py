@@ -42,9 +42,13 @@ def test_coat_native_with_a_rating_threshold(coat):
     s = compute_split(coat, "native", rule=PositivesRule(min_value=4))
     for part in (s.train, s.valid, s.test):
         assert (part.get_column("value") >= 4).all()
-    assert s.test.height == coat.interactions().filter(
-        (pl.col("logging_policy") == "uniform_random") & (pl.col("value") >= 4)
-    ).collect().height
+    assert (
+        s.test.height
+        == coat.interactions()
+        .filter((pl.col("logging_policy") == "uniform_random") & (pl.col("value") >= 4))
+        .collect()
+        .height
+    )
 
 
 @pytest.mark.parametrize("name", ["intervened", "cold_users", "cold_items"])

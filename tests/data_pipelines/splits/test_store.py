@@ -66,6 +66,8 @@ def test_write_all_and_load_split_round_trip(ds):
 
 def test_load_split_computes_a_missing_split(ds):
     assert not split_dir(ds, "cold_items").exists()
+    with pytest.raises(DataError, match="split is missing"):
+        load_split(ds, "cold_items", compute_missing=False)
     s = load_split(ds, "cold_items")
     assert s.path == split_dir(ds, "cold_items") and (s.path / "meta.json").exists()
     assert s.meta["data_fingerprint"] == ds.fingerprint
@@ -90,7 +92,7 @@ def test_load_split_recomputes_when_the_data_change(tmp_path, ds):
 def test_load_split_recomputes_a_damaged_folder(ds):
     path = write_split(ds, "temporal")
     (path / "test.parquet").unlink()
-    with pytest.raises(DataError, match="missing"):
+    with pytest.raises(DataError, match="damaged"):
         load_split(ds, "temporal", compute_missing=False)
     assert load_split(ds, "temporal").test.height > 0 and (path / "test.parquet").exists()
 

@@ -1,0 +1,131 @@
+"""The ``parpo`` command as a user runs it: fast start, clear errors, real ingests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import real_data
+
+PARPO = [sys.executable, "-m", "parpo.cli.main"]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PARPO, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_cli_import_loads_no_heavy_library():
+    code = (
+        "import sys, parpo.cli.main\n"
+        "heavy = [m for m in ('torch', 'pytorch_lightning', 'lightning_fabric', 'transformers', 'polars') "
+        "if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_help_lists_the_commands():
+    res = run("--help")
+    assert res.returncode == 0
+    for cmd in ("data", "demo"):
+        assert cmd in res.stdout
+    res = run("data", "ingest", "--help")
+    assert "--source" in res.stdout and "--map" in res.stdout
+
+
+def _one_error_line(res: subprocess.CompletedProcess[str]) -> str:
+    assert res.returncode == 1, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.stderr
+    return lines[0]
+
+
+def test_bad_input_is_one_line_and_nonzero(tmp_path):
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(b"\x00\x01\x02 not a log\n" * 5)
+    line = _one_error_line(
+        run("data", "ingest", "--source", "taobao", "--input", str(junk), "--out", str(tmp_path / "o"))
+    )
+    assert "does not look like 'taobao' input" in line
+    line = _one_error_line(
+        run("data", "ingest", "--source", "nope", "--input", str(junk), "--out", str(tmp_path / "o"))
+    )
+    assert "unknown source 'nope'" in line
+    line = _one_error_line(
+        run(
+            "data",
+            "ingest",
+            "--source",
+            "taobao",
+            "--input",
+            str(tmp_path / "missing.csv"),
+            "--out",
+            str(tmp_path / "o"),
+        )
+    )
+    assert "no such file" in line
+    line = _one_error_line(run("data", "summary", str(tmp_path)))
+    assert "not a PARPO dataset" in line
+
+
+def test_config_errors_name_the_key(tmp_path):
+    csv = tmp_path / "a.csv"
+    csv.write_text("user_id,item_id,event\nu1,i1,click\n")
+    base = ["data", "ingest", "--source", "canonical", "--input", str(csv), "--out", str(tmp_path / "o")]
+    line = _one_error_line(run(*base, "split.sed=3"))
+    assert "unknown key 'split.sed' (did you mean 'seed'?)" in line
+    line = _one_error_line(run(*base, "runtime.devices=zero"))
+    assert "runtime.devices" in line
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("runtime:\n  thread: 2\n")
+    line = _one_error_line(run(*base, "--config", str(bad)))
+    assert f"{bad}: unknown key 'runtime.thread' (did you mean 'threads'?)" in line
+    line = _one_error_line(run(*base, "--config", "defualt"))
+    assert "unknown data preset 'defualt' (did you mean 'default'?)" in line
+
+
+def test_ingest_writes_summary_rejects_and_resolved_config(tmp_path):
+    csv = tmp_path / "a.csv"
+    csv.write_text(
+        "user_id,item_id,ts,event\nu1,i1,1700000000,click\nu1,i2,oops,view\nu2,i1,1700000001,buy\n"
+    )
+    out = tmp_path / "ds"
+    res = run(
+        "data", "ingest", "-s", "canonical", "-i", str(csv), "-o", str(out), "--no-splits", "runtime.seed=7"
+    )
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["rows_in"], summary["rows_accepted"], summary["rows_rejected"]) == (3, 2, 1)
+    assert "runtime:\n  device: auto" in (out / "config.yaml").read_text()
+    assert "seed: 7" in (out / "config.yaml").read_text()
+    res = run("data", "ingest", "-s", "canonical", "-i", str(csv), "-o", str(out), "--no-splits")
+    assert res.returncode == 0 and "already ingested" in res.stdout
+    res = run("data", "summary", str(out), "--json")
+    assert json.loads(res.stdout)["rows_rejected"] == 1
+
+
+@pytest.mark.realdata
+@pytest.mark.integration
+def test_ingest_movielens_through_the_cli_writes_splits(tmp_path):
+    out = tmp_path / "ml"
+    res = run(
+        "data",
+        "ingest",
+        "--source",
+        "movielens",
+        "--input",
+        str(real_data("movielens-100k")),
+        "--out",
+        str(out),
+    )
+    assert res.returncode == 0, res.stderr
+    names = {p.name for p in (out / "splits").iterdir()}
+    assert {"temporal", "intervened", "cold_users", "cold_items"} <= names
+    meta = json.loads(next((out / "splits" / "temporal").glob("0-*/meta.json")).read_text())
+    assert meta["data_fingerprint"] == json.loads((out / "summary.json").read_text())["fingerprint"]
