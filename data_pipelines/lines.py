@@ -135,8 +135,8 @@ def _fast_path(data: bytes, dialect: Dialect, first_line: int) -> Chunk | None:
             empty_string_is_null=False,
             raise_if_empty=False,
         )
-    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError):
-        return None  # e.g. a line with too many fields or invalid UTF-8
+    except pl.exceptions.PolarsError:
+        return None  # e.g. a line with too many fields or invalid UTF-8: the exact path decides
     if df.height != n_lines:
         return None
     df = df.with_columns(pl.int_range(first_line, first_line + n_lines, dtype=pl.Int64).alias(LINE))

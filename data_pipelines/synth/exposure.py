@@ -8,11 +8,15 @@ MAX_REDRAWS = 10_000  # a guard against a bug, not a tuning knob: redraws stop l
 
 
 def popularity_weights(clicks: np.ndarray, alpha: float, beta: float) -> np.ndarray:
-    """w_i = (clicks_i + alpha) ** beta, normalised to sum to 1; [I] float64.
+    """w_i = (clicks_i / mean(clicks) + alpha) ** beta, normalised to sum to 1; [I] float64.
 
-    ``beta`` > 1 makes the feedback super-linear, so exposure concentrates round after round.
+    Clicks are taken relative to the catalogue mean so the dynamics do not depend on
+    the number of users; uniform while nothing has been clicked. ``beta`` > 1 makes the
+    feedback super-linear, so exposure concentrates round after round.
     """
-    w = (clicks.astype(np.float64) + alpha) ** beta
+    mean = clicks.mean()
+    rel = clicks / mean if mean > 0 else np.zeros(clicks.shape)
+    w = (rel + alpha) ** beta
     return w / w.sum()
 
 

@@ -108,17 +108,31 @@ class SynthData:
         return self.world.conformity
 
 
-def _session_starts(cfg: SynthConfig, rng: np.random.Generator, n: int, k: int, day: int) -> np.ndarray:
-    """Seconds after cfg.start at which each of ``n`` users' slate of ``k`` is shown in round ``day``."""
+def _sessions(cfg: SynthConfig, rng: np.random.Generator, k: int, day: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every user's session in round ``day``, in order of arrival.
+
+    Returns (users [U] int64, a random order; starts [U] int64 seconds after cfg.start,
+    non-decreasing). Generating slates in arrival order keeps the rows in log order.
+    """
     latest = cfg.round_seconds - cfg.event_gap_seconds * (k + 1)
-    return day * cfg.round_seconds + rng.integers(0, latest + 1, n, dtype=np.int64)
+    users = rng.permutation(cfg.n_users).astype(np.int64)
+    starts = np.sort(rng.integers(0, latest + 1, cfg.n_users, dtype=np.int64))
+    return users, day * cfg.round_seconds + starts
 
 
 def _show(
-    cfg: SynthConfig, world: World, slates: np.ndarray, day: int, t0: np.ndarray, pop: np.ndarray, rng
+    cfg: SynthConfig,
+    world: World,
+    users: np.ndarray,
+    slates: np.ndarray,
+    day: int,
+    t0: np.ndarray,
+    pop: np.ndarray,
+    rng: np.random.Generator,
 ) -> Shown:
+    """Impressions of ``slates`` ([n, k] items) shown to ``users`` ([n]) at ``t0`` ([n]), with responses."""
     n, k = slates.shape
-    user = np.repeat(np.arange(n, dtype=np.int64), k)
+    user = np.repeat(users, k)
     item = slates.ravel().astype(np.int64)
     s = world.interest(user, item)
     return Shown(
@@ -136,10 +150,10 @@ def _show(
 def simulate_rounds(cfg: SynthConfig, world: World, st: Streams) -> tuple[Shown, dict[str, np.ndarray]]:
     """The main logs: ``cfg.rounds`` rounds of popularity-driven slates.
 
-    Returns the impressions and the logging-policy record: per round (``[n_rounds, n_items]``)
-    exposure and clicks before the round and the draw probability.
+    Returns the impressions (in log order) and the logging-policy record: per round
+    (``[rounds, n_items]``) exposure and clicks before the round and the draw probability.
     """
-    n_users, n_items = cfg.n_users, cfg.n_items
+    n_items = cfg.n_items
     exposure = np.zeros(n_items, dtype=np.int64)
     clicks = np.zeros(n_items, dtype=np.int64)
     parts: list[Shown] = []
@@ -149,9 +163,9 @@ def simulate_rounds(cfg: SynthConfig, world: World, st: Streams) -> tuple[Shown,
         record["exposure_before"].append(exposure.copy())
         record["clicks_before"].append(clicks.copy())
         record["probability"].append(p)
-        slates = sample_slates(st.exposure, p, n_users, cfg.slate_size)
-        t0 = _session_starts(cfg, st.time, n_users, cfg.slate_size, r)
-        shown = _show(cfg, world, slates, r, t0, popularity(exposure), st.response)
+        users, t0 = _sessions(cfg, st.time, cfg.slate_size, r)
+        slates = sample_slates(st.exposure, p, cfg.n_users, cfg.slate_size)
+        shown = _show(cfg, world, users, slates, r, t0, popularity(exposure), st.response)
         exposure += np.bincount(shown.item, minlength=n_items)
         clicks += np.bincount(shown.item[shown.responses.click], minlength=n_items)
         parts.append(shown)
@@ -161,65 +175,62 @@ def simulate_rounds(cfg: SynthConfig, world: World, st: Streams) -> tuple[Shown,
 
 
 def simulate_uniform(cfg: SynthConfig, world: World, st: Streams, exposure: np.ndarray) -> Shown:
-    """uniform_test: ``uniform_slate_size`` items drawn uniformly at random per user, shown the
-    day after the last round. Same response model; conformity reads the final exposure counts."""
+    """uniform_test: ``uniform_slate_size`` distinct items drawn uniformly at random per user, shown
+    the day after the last round. Same response model; conformity reads the final exposure counts."""
     n_items = cfg.n_items
-    slates = sample_slates(
-        st.uniform_exposure, np.full(n_items, 1.0 / n_items), cfg.n_users, cfg.uniform_slate_size
-    )
-    t0 = _session_starts(cfg, st.uniform_time, cfg.n_users, cfg.uniform_slate_size, cfg.rounds)
-    return _show(cfg, world, slates, cfg.rounds, t0, popularity(exposure), st.uniform_response)
+    users, t0 = _sessions(cfg, st.uniform_time, cfg.uniform_slate_size, cfg.rounds)
+    p = np.full(n_items, 1.0 / n_items)
+    slates = sample_slates(st.uniform_exposure, p, cfg.n_users, cfg.uniform_slate_size)
+    return _show(cfg, world, users, slates, cfg.rounds, t0, popularity(exposure), st.uniform_response)
 
 
 def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: bool) -> pl.DataFrame:
-    """Canonical interaction rows: one impression per shown item, then its funnel events.
+    """Canonical interaction rows: per session its impressions (at the session start), then the
+    funnel events by position; sessions in order of start, so ``ts`` is non-decreasing per user.
 
-    Rows are in log order (ts, user, position, funnel step).
+    ``shown`` holds whole sessions of equal length, in arrival order (as simulated).
     """
     r = shown.responses
+    k = cfg.uniform_slate_size if uniform else cfg.slate_size
     gap = cfg.event_gap_seconds
     n = shown.user.size
-    masks = (np.ones(n, dtype=bool), r.click, r.fav, r.cart, r.buy)
-    offsets = (0, 0, gap // 4, gap // 2, 3 * gap // 4)  # after the click at t0 + gap * position
-    idx = np.concatenate([np.flatnonzero(m) for m in masks])
-    code = np.concatenate([np.full(np.count_nonzero(m), c, dtype=np.int64) for c, m in enumerate(masks)])
-    off = np.asarray(offsets)[code]
-    ts = shown.t0[idx] + np.where(code > 0, gap * shown.position[idx] + off, 0)
-    user, item, pos = shown.user[idx], shown.item[idx], shown.position[idx]
-    order = np.lexsort((code, pos, user, ts))
-    idx, code, ts, user, item, pos = (a[order] for a in (idx, code, ts, user, item, pos))
+    # Event rows ordered by (impression, step); merged after their session's impressions.
+    flat = np.flatnonzero(np.stack([r.click, r.fav, r.cart, r.buy], axis=1))
+    imp = np.concatenate([np.arange(n, dtype=np.int64), flat // 4])
+    code = np.concatenate([np.zeros(n, dtype=np.int64), flat % 4 + 1])
+    order = np.argsort(imp // k, kind="stable")  # two sorted runs: a linear merge
+    imp, code = imp[order], code[order]
 
-    start_us = _micros(cfg.start)
-    width = max(2, len(str(cfg.rounds)))
+    user, item, pos = shown.user[imp], shown.item[imp], shown.position[imp]
+    offset = np.asarray([0, 0, gap // 4, gap // 2, 3 * gap // 4])[code]  # after the click at gap * pos
+    ts = shown.t0[imp] + np.where(code > 0, gap * pos + offset, 0)
+    if uniform:
+        session = (world.user_ids + "-test").gather(user)
+    else:
+        width = max(2, len(str(cfg.rounds - 1)))
+        suffix = "-r" + pl.Series(np.arange(cfg.rounds)).cast(pl.String).str.zfill(width)
+        table = world.user_ids.to_frame("u").join(suffix.to_frame("r"), how="cross")
+        session = (
+            table.select(pl.col("u") + pl.col("r")).to_series().gather(user * cfg.rounds + shown.round[imp])
+        )
     is_buy = code == EVENT_CODES.index("buy")
-    df = pl.DataFrame(
+    n_rows = imp.size
+    return pl.DataFrame(
         {
             "user_id": world.user_ids.gather(user),
             "item_id": world.item_ids.gather(item),
-            "ts": pl.Series(start_us + ts * 1_000_000).cast(pl.Datetime("us", "UTC")),
+            "ts": pl.Series(_micros(cfg.start) + ts * 1_000_000).cast(pl.Datetime("us", "UTC")),
             "event": pl.Series(EVENT_CODES).gather(code),
             "value": pl.Series(np.where(is_buy, world.price[item], np.nan)).fill_nan(None),
             "category": pl.Series(world.category_names).gather(world.category[item]),
-            "round": shown.round[idx],
+            "session_id": session,
+            "request_id": session,
             "position": pl.Series(pos, dtype=pl.Int32),
+            "propensity": pl.repeat(
+                1.0 / cfg.n_items if uniform else None, n_rows, dtype=pl.Float64, eager=True
+            ),
+            "logging_policy": pl.repeat(UNIFORM_POLICY if uniform else MAIN_POLICY, n_rows, eager=True),
         }
-    )
-    tag = pl.lit("-test") if uniform else pl.lit("-r") + pl.col("round").cast(pl.String).str.zfill(width)
-    session = (pl.col("user_id") + tag).alias("session_id")
-    propensity = pl.lit(1.0 / cfg.n_items if uniform else None, dtype=pl.Float64).alias("propensity")
-    policy = pl.lit(UNIFORM_POLICY if uniform else MAIN_POLICY).alias("logging_policy")
-    return df.select(
-        "user_id",
-        "item_id",
-        "ts",
-        "event",
-        "value",
-        "category",
-        session,
-        session.alias("request_id"),
-        "position",
-        propensity,
-        policy,
     )
 
 
