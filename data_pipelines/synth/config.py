@@ -56,9 +56,9 @@ class SynthConfig(BaseModel):
     price_category_sd: float = Field(0.5, ge=0, description="sd of log price between categories.")
     price_item_sd: float = Field(0.4, ge=0, description="sd of log price within a category.")
 
-    # Exposure (logging policy): P(i) ~ (clicks_i + alpha) ** beta, k distinct items per slate
-    exposure_alpha: float = Field(1.0, gt=0)
-    exposure_beta: float = Field(1.5, ge=0)
+    # Exposure (logging policy): P(i) ~ (clicks_i / mean clicks + alpha) ** beta, k distinct items per slate
+    exposure_alpha: float = Field(1.0, gt=0, description="Smoothing, in units of the mean click count.")
+    exposure_beta: float = Field(1.5, ge=0, description="Feedback exponent; > 1 is rich-get-richer.")
 
     # Response: click logit = bias + a * s(u, i) + c_u * log(1 + n_i / mean(n)) + N(0, noise_sd^2)
     click_bias: float = Field(-3.5)

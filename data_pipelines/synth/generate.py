@@ -58,17 +58,13 @@ class Shown:
 
     @staticmethod
     def concat(parts: list[Shown]) -> Shown:
-        def cat(name: str) -> np.ndarray:
-            return np.concatenate([getattr(p, name) for p in parts])
+        def cat(objs: list, name: str) -> np.ndarray:
+            return np.concatenate([getattr(o, name) for o in objs])
 
-        r = Responses(
-            **{
-                k: np.concatenate([getattr(p.responses, k) for p in parts])
-                for k in Responses.__dataclass_fields__
-            }
-        )
+        responses = [p.responses for p in parts]
+        r = Responses(**{k: cat(responses, k) for k in Responses.__dataclass_fields__})
         names = [k for k in Shown.__dataclass_fields__ if k != "responses"]
-        return Shown(**{k: cat(k) for k in names}, responses=r)
+        return Shown(**{k: cat(parts, k) for k in names}, responses=r)
 
 
 @dataclass(frozen=True)
@@ -87,9 +83,7 @@ class SynthData:
     uniform: pl.DataFrame
     items: pl.DataFrame
     users: pl.DataFrame
-    impressions: (
-        pl.DataFrame
-    )  # split, round, user_id, item_id, position, interest, popularity, noise, click...
+    impressions: pl.DataFrame  # per impression: split, round, ids, interest, popularity, draws
     exposure: pl.DataFrame  # round, item_id, exposure_before, clicks_before, probability
     exposure_final: np.ndarray  # [n_items] int64, impressions per item in the main logs
     clicks_final: np.ndarray  # [n_items] int64, clicks per item in the main logs
@@ -243,7 +237,7 @@ def impressions_frame(world: World, shown: Shown, split: str) -> pl.DataFrame:
     r = shown.responses
     return pl.DataFrame(
         {
-            "split": pl.Series([split]).gather(np.zeros(shown.user.size, dtype=np.int64)),
+            "split": pl.repeat(split, shown.user.size, eager=True),
             "round": shown.round,
             "user_id": world.user_ids.gather(shown.user),
             "item_id": world.item_ids.gather(shown.item),
@@ -279,11 +273,9 @@ def generate(config: SynthConfig | None = None) -> SynthData:
             "probability": record["probability"].ravel(),
         }
     )
-    cumulative = np.vstack(
-        [record["exposure_before"][1:], record["exposure_final"][None]]
-    )  # after each round
+    after = np.vstack([record["exposure_before"][1:], record["exposure_final"][None]])  # [rounds, n_items]
     stats = {
-        "exposure_gini_by_round": [round(gini(c), 4) for c in cumulative],
+        "exposure_gini_by_round": [round(gini(c), 4) for c in after],
         "click_rate": round(float(main.responses.click.mean()), 4),
         "uniform_click_rate": round(float(uni.responses.click.mean()), 4),
         "impressions": int(main.user.size),

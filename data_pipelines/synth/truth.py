@@ -41,7 +41,7 @@ MODEL = {
     "user_vector": "u = sqrt(region_weight) m_region + sqrt(age_weight) g_age + sqrt(1 - region_weight - age_weight) z",
     "item_vector": "v = sqrt(category_weight) q_category + sqrt(1 - category_weight) z",
     "conformity": "c_u ~ Gamma(conformity_shape, conformity_scale)",
-    "exposure": "each slot of a slate draws item i w.p. (clicks_i + exposure_alpha)^exposure_beta / sum; repeats redrawn",
+    "exposure": "each slot of a slate draws item i w.p. ~ (clicks_i / mean_j clicks_j + exposure_alpha)^exposure_beta; repeats redrawn",
     "popularity": "pop_i = log(1 + n_i / mean_j n_j), n_i = impressions of i before the round (0 in round 0)",
     "click": "P(click) = sigmoid(click_bias + interest_weight * s + c_u * pop_i + eps), eps ~ N(0, noise_sd^2)",
     "funnel": "P(cart|click) = sigmoid(logit(cart_rate) + funnel_interest_weight * s); fav likewise; P(buy|cart) with buy_rate",
@@ -52,7 +52,7 @@ COLUMNS = {
     "interest.parquet": {
         "user_id": "user id",
         "item_id": "item id",
-        "interest": "s(u, i) (float32); unit variance over random pairs",
+        "interest": "s(u, i) (float32); about unit variance over random pairs",
     },
     "user_vectors.parquet": {"user_id": "user id", "vector": "interest vector u, list<float32>[dim]"},
     "conformity.parquet": {

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data_pipelines import ingest as ingest_mod
 from data_pipelines import transaction
@@ -209,3 +211,46 @@ def test_parquet_input_round_trips(first, tmp_path):
     a = Dataset(out).interactions().collect().sort("item_id", "event")
     b = Dataset(tmp_path / "copy").interactions().collect().sort("item_id", "event")
     assert a.drop("seq").equals(b.drop("seq"))
+
+
+good_line = st.builds(
+    lambda u, i, t, e: f"u{u},i{i},{1_700_000_000 + t},{e},,,,",
+    st.integers(0, 5),
+    st.integers(0, 5),
+    st.integers(0, 10),
+    st.sampled_from(["view", "click", "buy"]),
+)
+corruption = st.sampled_from(
+    [
+        "u1,i1,17000x,click,,,,",
+        "u1,,1700000000,view,,,,",
+        'u1,"i1,1700000000,view,,,,',
+        "u1,i1",
+        "",
+        "u1,i1,1700000000,teleport,,,,",
+        "u1,i1,1700000000,view,nan,,,",
+        "u1,i1,1700000000,view,,r,1,0",
+        "u1,i1,1700000000,view,,,,,,,",
+        '"u1","i1","1700000000","view","","","",""',
+    ]
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lines=st.lists(st.one_of(good_line, corruption), min_size=1, max_size=40))
+def test_corrupted_files_are_fully_accounted_for(tmp_path_factory, lines):
+    """Every input line is either a canonical row or a reject; nothing is lost or invented."""
+    tmp = tmp_path_factory.mktemp("ing")
+    src = write_csv(tmp / "in.csv", lines)
+    try:
+        s = ingest(canonical.source(src), tmp / "ds")
+    except DataError as e:  # a file with no valid line at all is refused whole
+        assert "does not look like" in str(e)
+        assert not (tmp / "ds" / "manifest.json").exists()
+        return
+    assert s["rows_in"] == len(lines) == s["rows_accepted"] + s["rows_rejected"]
+    rejects = pl.read_parquet(tmp / "ds" / "rejects")
+    assert rejects.height == s["rows_rejected"] and rejects["reason"].null_count() == 0
+    assert sorted(rejects["line"].to_list()) == sorted(set(rejects["line"].to_list()))
+    assert all(rejects["raw"][k] == lines[line - 2] for k, line in enumerate(rejects["line"].to_list()))
+    assert Dataset(tmp / "ds").interactions().select(pl.len()).collect().item() == s["rows_accepted"]
