@@ -401,7 +401,8 @@ def main() -> None:
                 if not TAOBAO_2H.is_file():
                     print(f"# skip taobao-2h: {TAOBAO_2H} not found", file=sys.stderr)
                     continue
-                rows = sum(1 for _ in open(TAOBAO_2H, "rb"))
+                with open(TAOBAO_2H, "rb") as f:
+                    rows = sum(1 for _ in f)
                 print(json.dumps(bench(data, TAOBAO_2H, rows, args, work)), flush=True)
                 continue
             for n in args.rows:

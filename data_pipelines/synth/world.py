@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from data_pipelines.schema import features_expr
 from data_pipelines.synth.config import SynthConfig
 
 AGE_BANDS: tuple[str, ...] = ("18-24", "25-34", "35-44", "45-54", "55-64", "65+")
@@ -81,8 +82,6 @@ class World:
                 "device": pl.Series(DEVICES).gather(self.device),
             }
         )
-        from data_pipelines.schema import features_expr
-
         return flat.select("user_id", features_expr(["age_band", "region", "device"]).alias("features"))
 
     def items_frame(self) -> pl.DataFrame:

@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
 from data_pipelines.synth.generate import SynthData, generate, generate_logs
 from data_pipelines.synth.truth import write_truth
+from data_pipelines.validate import TS_FUTURE_SLACK, TS_MIN
 
 SOURCE = "synthetic"
 #: Columns of the benchmark CSV: what a shop's export typically carries.
@@ -60,6 +62,7 @@ def write(
     """
     cfg = config or SynthConfig()
     out = Path(out)
+    _check_time_range(cfg)
     _claim(out, overwrite)
     started = time.perf_counter()
     data = generate(cfg)
@@ -88,6 +91,16 @@ def write(
     }
 
 
+def _check_time_range(cfg: SynthConfig) -> None:
+    """The ingest quarantines timestamps outside [TS_MIN, now + slack]: refuse such a config up front."""
+    end = cfg.start + timedelta(seconds=(cfg.rounds + 1) * cfg.round_seconds)
+    if cfg.start < TS_MIN or end > datetime.now(UTC) + TS_FUTURE_SLACK:
+        raise DataError(
+            f"synth.start: the logs would span {cfg.start:%Y-%m-%d} .. {end:%Y-%m-%d}, outside the range "
+            f"the ingest accepts ({TS_MIN:%Y-%m-%d} .. now); choose another start"
+        )
+
+
 def _claim(out: Path, overwrite: bool) -> None:
     if not out.exists() or not any(out.iterdir()):
         return
@@ -95,7 +108,7 @@ def _claim(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
         return
     hint = (
-        "pass overwrite=True (--force) to replace it"
+        "delete it, choose a new folder, or pass overwrite=True to replace this synthetic dataset"
         if (out / "truth" / "meta.json").is_file()
         else "choose a new or empty folder"
     )

@@ -94,7 +94,7 @@ def ingest(
 
 @app.command()
 def synth(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder to create.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Dataset folder to create.")] = None,
     users: Annotated[int | None, typer.Option("--users", help="Number of users (synth.n_users).")] = None,
     items: Annotated[int | None, typer.Option("--items", help="Number of items (synth.n_items).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Generator seed (synth.seed).")] = None,
@@ -106,6 +106,7 @@ def synth(
     overrides: Overrides = None,
 ) -> None:
     """Synthesise a log with known interest and conformity (truth/ and uniform_test/ included)."""
+    from data_pipelines.errors import UserError
     from parpo.cli.console import console, summary_table
     from parpo.presets import write_resolved
 
@@ -119,7 +120,9 @@ def synth(
         n = gen.write_csv(cfg.synth, csv)
         console.print(f"wrote {n:,} rows to {csv}")
         return
-    summary = gen.write(cfg.synth, out)
+    if out is None:
+        raise UserError("give --out DIR (a dataset folder to create) or --csv FILE")
+    summary = gen.write(cfg.synth, out, splits=False)
     write_resolved(cfg, out / "config.yaml")
     console.print(summary_table(summary))
     _write_splits(out, cfg)

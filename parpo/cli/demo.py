@@ -42,7 +42,7 @@ def demo(
     cfg = _config(config, overrides)
     data = run / "data"
     console.print(f"1/2 synthesise {cfg.synth.n_users:,} users x {cfg.synth.n_items:,} items -> {data}")
-    summary = gen.write(cfg.synth, data)
+    summary = gen.write(cfg.synth, data, splits=False)
     write_resolved(cfg, run / "config.yaml")
     console.print("2/2 splits and summary")
     _write_splits(data, cfg)

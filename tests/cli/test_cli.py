@@ -129,3 +129,36 @@ def test_ingest_movielens_through_the_cli_writes_splits(tmp_path):
     assert {"temporal", "intervened", "cold_users", "cold_items"} <= names
     meta = json.loads(next((out / "splits" / "temporal").glob("0-*/meta.json")).read_text())
     assert meta["data_fingerprint"] == json.loads((out / "summary.json").read_text())["fingerprint"]
+
+
+@pytest.mark.integration
+def test_demo_runs_end_to_end_into_a_fresh_folder(tmp_path):
+    res = run("demo", "synth.n_users=200", "synth.n_items=300", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1 and str(runs[0].name) in res.stdout.replace("\n", "")
+    data = runs[0] / "data"
+    summary = json.loads((data / "summary.json").read_text())
+    assert summary["rows_in"] == summary["rows_accepted"] > 0 and summary["users"] == 200
+    assert {p.name for p in (data / "splits").iterdir()} == {
+        "temporal",
+        "intervened",
+        "cold_users",
+        "cold_items",
+    }
+    assert (
+        (runs[0] / "config.yaml").exists() and (data / "truth").is_dir() and (data / "uniform_test").is_dir()
+    )
+    again = run("demo", "--out", str(runs[0]), cwd=tmp_path)
+    assert "already exists and is not empty" in _one_error_line(again)
+
+
+@pytest.mark.integration
+def test_synth_csv_round_trips_through_canonical_ingest(tmp_path):
+    csv = tmp_path / "logs.csv"
+    res = run("data", "synth", "--csv", str(csv), "--users", "100", "--items", "150")
+    assert res.returncode == 0, res.stderr
+    res = run("data", "ingest", "-s", "canonical", "-i", str(csv), "-o", str(tmp_path / "ds"), "--no-splits")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "ds" / "summary.json").read_text())
+    assert summary["rows_rejected"] == 0 and summary["users"] == 100

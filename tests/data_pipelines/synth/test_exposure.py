@@ -54,3 +54,10 @@ def test_weights_are_uniform_before_any_click_and_rich_get_richer_after():
     np.testing.assert_allclose(w, expected / expected.sum())
     # Super-linear: the top item's share exceeds its share of (smoothed) clicks.
     assert w[2] > 3.25 / 6.0
+
+
+def test_full_slates_from_skewed_weights_fall_back_to_exact_draws():
+    """A slate as long as the catalogue under very skewed weights: redraws alone would take ~1e6 passes."""
+    p = 1.0 / np.arange(1, 31) ** 4
+    slates = sample_slates(np.random.default_rng(0), p / p.sum(), 5, 30)
+    assert all(sorted(row) == list(range(30)) for row in slates.tolist())

@@ -58,6 +58,7 @@ def test_uniform_test_shares_the_id_maps(written):
         shared = uni.idmap(kind).join(main.idmap(kind), on="id", suffix="_main")
         assert shared.height == uni.idmap(kind).height
         assert (shared["index"] == shared["index_main"]).all()
+        assert_frame_equal(uni.idmap(kind), main.idmap(kind))  # every id is in the main maps
     assert (uni.interactions().select("logging_policy").collect()["logging_policy"] == "uniform").all()
 
 
@@ -151,3 +152,10 @@ def test_large_worlds_store_only_observed_pairs(tmp_path, monkeypatch):
         atol=1e-6,
     )
     assert json.loads((out / "truth" / "meta.json").read_text())["interest_pairs"] == "observed"
+
+
+def test_a_start_the_ingest_would_reject_is_refused_up_front(tmp_path):
+    future = SynthConfig(n_users=20, n_items=40, rounds=2, start="2999-01-01T00:00:00Z")
+    with pytest.raises(DataError, match="synth.start"):
+        write(future, tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
