@@ -1,8 +1,8 @@
 """Ingest a source into a canonical dataset folder, as one transaction.
 
 Pass 1 streams the input in chunks of whole lines: adapter transform, common
-checks, quarantine of failing lines, exact dedupe (128-bit row keys, kept for
-later appends), staging to parquet bucketed by user. Pass 2 reads one bucket at
+checks, quarantine of failing lines, exact dedupe of records (128-bit keys of
+the raw text, kept for later appends), staging to Arrow IPC bucketed by user. Pass 2 reads one bucket at
 a time, assigns ``seq`` (per user, by ts then input order, after the user's
 existing events) and writes the final partitions. Id maps, side tables, the
 summary and the manifest are then published together (see ``transaction``).
@@ -42,7 +42,7 @@ from data_pipelines.schema import (
 from data_pipelines.transaction import Transaction, read_manifest, recover
 from data_pipelines.validate import ORD, REASON, common_checks
 
-BUCKET_BYTES = 128 << 20  # input bytes per seq bucket: bounds pass-2 memory
+BUCKET_BYTES = 96 << 20  # input bytes per seq bucket: bounds pass-2 memory
 DUPLICATE = "exact duplicate of an earlier record"
 APPENDABLE_SOURCES = {"parpo-events"}  # may be appended to a dataset of another source
 
@@ -120,26 +120,29 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
     item_cats = pl.DataFrame(schema={"item_id": pl.String, "category": pl.String})
     rows_in = rows_rejected = 0
     check = common_checks(now)
-    key_cols = pl.struct([*ROW_COLUMNS, ORD])
     n_chunk = 0
     for spec in source.files:
         for i_chunk, chunk in enumerate(spec.chunks()):
             rows_in += chunk.n_lines
             rows = spec.transform(chunk.fields).with_columns(check)
             bad = rows.filter(pl.col(REASON).is_not_null()).group_by(LINE).agg(pl.col(REASON).first())
-            rows = rows.join(bad.select(LINE), on=LINE, how="anti", maintain_order="left")
-            # Exact dedupe: a 128-bit key (two seeded 64-bit hashes) of the canonical row.
-            rows = rows.with_columns(h1=key_cols.hash(0x9E3779B9), h2=key_cols.hash(0x85EBCA6B))
-            dup = rows.select(LINE, "h1", "h2", (~pl.struct("h1", "h2").is_first_distinct()).alias("__dup"))
+            # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
+            # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
+            keys = (
+                chunk.fields.join(bad.select(LINE), on=LINE, how="anti")
+                .select(LINE, __r=(pl.lit(spec.scope + "\x1f") + chunk.raw) if spec.scope else chunk.raw)
+                .select(LINE, h1=pl.col("__r").hash(0x9E3779B9), h2=pl.col("__r").hash(0x85EBCA6B))
+                .with_columns((~pl.struct("h1", "h2").is_first_distinct()).alias("__dup"))
+            )
             if seen_keys.height:
                 old = seen_keys.with_columns(pl.lit(True).alias("__old"))
-                dup = dup.join(old, on=["h1", "h2"], how="left").with_columns(
+                keys = keys.join(old, on=["h1", "h2"], how="left", maintain_order="left").with_columns(
                     pl.col("__dup") | pl.col("__old").fill_null(False)
                 )
-            dup_lines = dup.filter("__dup").select(LINE).unique()
-            rows = rows.join(dup_lines, on=LINE, how="anti", maintain_order="left")
+            dup_lines = keys.filter("__dup").select(LINE)
             bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
-            keys = rows.select("h1", "h2")
+            rows = rows.join(bad.select(LINE), on=LINE, how="anti", maintain_order="left")
+            keys = keys.filter(~pl.col("__dup")).select("h1", "h2")
             seen_keys = pl.concat([seen_keys, keys])
             new_keys.append(keys)
             rejected = pl.concat(
@@ -177,7 +180,7 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
                 (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"),
             )
             for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
-                part.drop("__bucket").write_parquet(stage / f"b{b}-c{n_chunk}.parquet", compression="lz4")
+                part.drop("__bucket").write_ipc(stage / f"b{b}-c{n_chunk:08d}.arrow")
             n_chunk += 1
             if progress:
                 progress(chunk.n_lines)
@@ -193,20 +196,10 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
     partitions = []
     rows_written = 0
     for b in range(n_buckets):
-        paths = sorted(stage.glob(f"b{b}-c*.parquet"))
+        paths = sorted(stage.glob(f"b{b}-c*.arrow"))
         if not paths:
             continue
-        df = pl.read_parquet(paths)
-        df = (
-            df.with_columns(SEQ_KEY)
-            .join(next_seq, on="__key", how="left")
-            .sort(["__key", "ts", "__chunk", LINE, ORD], nulls_last=True)
-            .with_columns(
-                (pl.col("__base").fill_null(0) + pl.int_range(pl.len(), dtype=pl.Int64).over("__key")).alias(
-                    "seq"
-                )
-            )
-        )
+        df = _assign_seq(pl.concat([pl.read_ipc(p) for p in paths]), next_seq)
         rel = f"interactions/part-{txn.id}-{b:04d}.parquet"
         sha = write_parquet(df, txn.path(rel), INTERACTIONS)
         partitions.append({"path": rel, "rows": df.height, "sha256": sha})
@@ -267,6 +260,28 @@ REJECTS_POLARS = {
     "file": pl.String,
 }
 _EMPTY_KEYS = pl.DataFrame(schema={"h1": pl.UInt64, "h2": pl.UInt64})
+
+
+def _assign_seq(df: pl.DataFrame, next_seq: pl.DataFrame) -> pl.DataFrame:
+    """``seq`` per key (user, or request): by ts (nulls last), then input order, after ``__base``.
+
+    ``df`` is in input order. A stable sort by a 64-bit hash of the key groups each key's
+    rows (a numeric sort, far cheaper than sorting strings); only when some key's ts go
+    backwards in input order is the bucket also sorted by ts (logs usually arrive in time
+    order, so this is rare). ``over`` groups by the key itself, so hash collisions are harmless.
+    """
+    df = df.with_columns(SEQ_KEY).with_columns(pl.col("__key").hash(11).alias("__h"))
+    df = df.sort("__h", maintain_order=True)
+    same = pl.col("__key") == pl.col("__key").shift(1)
+    prev = pl.col("ts").shift(1)
+    backwards = same & ((prev.is_null() & pl.col("ts").is_not_null()) | (pl.col("ts") < prev)).fill_null(
+        False
+    )
+    if df.select(backwards.any()).item():
+        df = df.sort(["__h", "ts"], nulls_last=True, maintain_order=True)
+    return df.join(next_seq, on="__key", how="left", maintain_order="left").with_columns(
+        (pl.col("__base").fill_null(0) + pl.int_range(pl.len(), dtype=pl.Int64).over("__key")).alias("seq")
+    )
 
 
 def _first_seen(seen: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:

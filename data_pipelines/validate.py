@@ -23,21 +23,38 @@ TS_MIN = datetime(1990, 1, 1, tzinfo=UTC)
 TS_FUTURE_SLACK = timedelta(days=1)
 
 
+def resolve_ts_format(values: pl.Series, fmt: str) -> str:
+    """Narrow ``auto``/``unix`` to ``unix_int`` when every non-empty value is an integer.
+
+    Decided per chunk, so the common case (integer Unix seconds) skips the float and
+    ISO 8601 parsers; any other value keeps the general format.
+    """
+    if fmt not in ("auto", "unix"):
+        return fmt
+    present = values.filter(values.str.len_bytes() > 0)
+    return "unix_int" if present.cast(pl.Int64, strict=False).null_count() == 0 else fmt
+
+
 def parse_ts(col: str, fmt: str = "auto") -> tuple[pl.Expr, pl.Expr]:
     """(timestamp[us, UTC] expression, reason expression) for a string column.
 
     ``fmt``: ``"auto"`` (Unix seconds or ISO 8601 with an offset), ``"unix"``,
-    ``"unix_ms"``, ``"iso8601"`` or a strftime format (read as UTC unless it has ``%z``).
+    ``"unix_ms"``, ``"iso8601"`` or a strftime format (read as UTC unless it has ``%z``);
+    ``"unix_int"`` is ``"unix"`` known to hold integers (see ``resolve_ts_format``).
     Empty strings are null (no timestamp), not errors.
     """
-    s = pl.col(col).str.strip_chars()
-    s = pl.when(s == "").then(None).otherwise(s)
+    raw = pl.col(col)
+    s = pl.when(raw.str.len_bytes() == 0).then(None).otherwise(raw)
+    if fmt == "unix_int":
+        value = (s.cast(pl.Int64, strict=False) * 1_000_000).cast(pl.Datetime("us", "UTC"))
+        return value, pl.when(s.is_not_null() & value.is_null()).then(
+            pl.format("timestamp '{}' is not Unix seconds", s)
+        )
     secs = s.cast(pl.Float64, strict=False)
-    unix = (secs * 1_000_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us", "UTC"))
-    if fmt == "unix_ms":
-        unix = (secs * 1_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us", "UTC"))
+    scale = 1_000 if fmt == "unix_ms" else 1_000_000
+    unix = (secs * scale).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us", "UTC"))
     iso = s.str.to_datetime(format="%+", time_unit="us", time_zone="UTC", strict=False)
-    if fmt in ("auto",):
+    if fmt == "auto":
         value = pl.when(secs.is_not_null()).then(unix).otherwise(iso)
         what = "ISO 8601 with an offset or Unix seconds"
     elif fmt in ("unix", "unix_ms"):
@@ -54,8 +71,8 @@ def parse_ts(col: str, fmt: str = "auto") -> tuple[pl.Expr, pl.Expr]:
 
 def number(col: str, dtype: pl.DataType = pl.Float64) -> tuple[pl.Expr, pl.Expr]:
     """(typed expression, reason expression) for a numeric string column; empty is null."""
-    s = pl.col(col).str.strip_chars()
-    s = pl.when(s == "").then(None).otherwise(s)
+    raw = pl.col(col)
+    s = pl.when(raw.str.len_bytes() == 0).then(None).otherwise(raw)
     value = s.cast(dtype, strict=False)
     name = "an integer" if dtype.is_integer() else "a number"
     return value, pl.when(s.is_not_null() & value.is_null()).then(pl.format(f"{col} '{{}}' is not {name}", s))

@@ -38,6 +38,9 @@ class FileSpec:
     path: Path
     transform: Transform
     dialect: Dialect | None = None  # None: a parquet file with the canonical columns
+    #: Records are deduplicated by their raw text within a scope: files whose lines mean
+    #: different things (Coat's self-selected vs random ratings) get different scopes.
+    scope: str = ""
 
     def chunks(self) -> Iterator[Chunk]:
         if self.dialect is not None:
@@ -67,9 +70,8 @@ class Source:
 
 
 def nonempty(expr: pl.Expr) -> pl.Expr:
-    """Strip a string and turn '' into null."""
-    s = expr.str.strip_chars()
-    return pl.when(s == "").then(None).otherwise(s)
+    """Turn '' into null; ids and labels are otherwise kept exactly as given."""
+    return pl.when(expr.str.len_bytes() == 0).then(None).otherwise(expr)
 
 
 def finish(df: pl.DataFrame, *reasons: pl.Expr) -> pl.DataFrame:

@@ -26,7 +26,7 @@ from data_pipelines.adapters.base import ROW_COLUMNS, ROW_SCHEMA, FileSpec, Sour
 from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, Dialect, read_header
 from data_pipelines.schema import EVENTS
-from data_pipelines.validate import number, parse_ts
+from data_pipelines.validate import number, parse_ts, resolve_ts_format
 
 REQUIRED = ("user_id", "item_id", "event")
 STRING_COLUMNS = ("user_id", "item_id", "event", "category", "session_id", "request_id", "logging_policy")
@@ -117,7 +117,7 @@ def csv_rows(fields: pl.DataFrame, m: Mapping) -> pl.DataFrame:
         elif c in STRING_COLUMNS:
             exprs.append(nonempty(pl.col(c)).alias(c))
     if "ts" in fields.columns:
-        ts, why = parse_ts("ts", m.timestamp)
+        ts, why = parse_ts("ts", resolve_ts_format(fields["ts"], m.timestamp))
         exprs.append(ts.alias("ts"))
         reasons.append(why)
     for c, t in (("value", pl.Float64), ("propensity", pl.Float64), ("position", pl.Int32)):

@@ -105,8 +105,8 @@ def source(path: Path) -> Source:
     return Source(
         "coat",
         [
-            FileSpec(folder / "user.txt", _rows("self_selected"), DIALECT),
-            FileSpec(folder / "random.txt", _rows("uniform_random"), DIALECT),
+            FileSpec(folder / "user.txt", _rows("self_selected"), DIALECT, scope="self_selected"),
+            FileSpec(folder / "random.txt", _rows("uniform_random"), DIALECT, scope="uniform_random"),
         ],
         items=items,
         users=users,

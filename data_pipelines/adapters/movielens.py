@@ -16,13 +16,13 @@ from data_pipelines.adapters.base import FileSpec, Source, finish, nonempty
 from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, Dialect, read_chunks
 from data_pipelines.schema import features_expr
-from data_pipelines.validate import number, parse_ts
+from data_pipelines.validate import number, parse_ts, resolve_ts_format
 
 DIALECT = Dialect(("user", "item", "rating", "ts"), separator="\t", quote=None)
 
 
 def rows(fields: pl.DataFrame) -> pl.DataFrame:
-    ts, ts_reason = parse_ts("ts", "unix")
+    ts, ts_reason = parse_ts("ts", resolve_ts_format(fields["ts"], "unix"))
     value, value_reason = number("rating")
     return finish(
         fields.select(

@@ -101,7 +101,10 @@ def source(path: Path) -> Source:
             raise DataError(f"{csv}: not an OBD log (header lacks {', '.join(sorted(needed - set(cols)))})")
         feature_cols = [c for c in cols if c.startswith(("user_feature_", "user-item_affinity_"))]
         dialect = Dialect(tuple(cols), header=True)
-        specs.append(FileSpec(csv, _rows(campaign, POLICIES[policy_dir], feature_cols), dialect))
+        policy = POLICIES[policy_dir]
+        specs.append(
+            FileSpec(csv, _rows(campaign, policy, feature_cols), dialect, scope=f"{policy}:{campaign}")
+        )
         ctx = csv.parent / "item_context.csv"
         if ctx.is_file():
             items.append((policy_dir != "random", _items(ctx, campaign)))

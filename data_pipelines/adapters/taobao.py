@@ -13,14 +13,14 @@ import polars as pl
 from data_pipelines.adapters.base import FileSpec, Source, finish, nonempty
 from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, Dialect
-from data_pipelines.validate import parse_ts
+from data_pipelines.validate import parse_ts, resolve_ts_format
 
 EVENTS = {"pv": "view", "cart": "cart", "fav": "fav", "buy": "buy"}
 DIALECT = Dialect(("user", "item", "category", "behavior", "ts"), quote=None)
 
 
 def rows(fields: pl.DataFrame) -> pl.DataFrame:
-    ts, ts_reason = parse_ts("ts", "unix")
+    ts, ts_reason = parse_ts("ts", resolve_ts_format(fields["ts"], "unix"))
     behavior = nonempty(pl.col("behavior"))
     return finish(
         fields.select(
