@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from data_pipelines import idmaps
 from data_pipelines.adapters.base import ROW_COLUMNS, Source
 from data_pipelines.dataset import Dataset, fingerprint_of
+from data_pipelines.dedupe import KeySet, first_new
 from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE
 from data_pipelines.schema import (
@@ -111,8 +112,7 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
     total_bytes = sum(f["bytes"] for f in files)
     n_buckets = max(1, math.ceil(total_bytes / BUCKET_BYTES))
     stage = txn.scratch("stage")
-    seen_keys = existing.dedupe_keys() if existing else _EMPTY_KEYS
-    new_keys: list[pl.DataFrame] = []
+    seen_keys = KeySet(existing.dedupe_keys() if existing else None)
     rejects: list[pl.DataFrame] = []
     contexts: list[pl.DataFrame] = []
     users_seen = pl.DataFrame(schema={"id": pl.String})
@@ -132,19 +132,13 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
                 chunk.fields.join(bad.select(LINE), on=LINE, how="anti")
                 .select(LINE, __r=(pl.lit(spec.scope + "\x1f") + chunk.raw) if spec.scope else chunk.raw)
                 .select(LINE, h1=pl.col("__r").hash(0x9E3779B9), h2=pl.col("__r").hash(0x85EBCA6B))
-                .with_columns((~pl.struct("h1", "h2").is_first_distinct()).alias("__dup"))
             )
-            if seen_keys.height:
-                old = seen_keys.with_columns(pl.lit(True).alias("__old"))
-                keys = keys.join(old, on=["h1", "h2"], how="left", maintain_order="left").with_columns(
-                    pl.col("__dup") | pl.col("__old").fill_null(False)
-                )
-            dup_lines = keys.filter("__dup").select(LINE)
+            h1, h2 = keys["h1"].to_numpy(), keys["h2"].to_numpy()
+            new = first_new(h1, h2, seen_keys)
+            dup_lines = keys.filter(~pl.Series(new)).select(LINE)
             bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
             rows = rows.join(bad.select(LINE), on=LINE, how="anti", maintain_order="left")
-            keys = keys.filter(~pl.col("__dup")).select("h1", "h2")
-            seen_keys = pl.concat([seen_keys, keys])
-            new_keys.append(keys)
+            seen_keys.add(h1[new], h2[new])
             rejected = pl.concat(
                 [
                     chunk.rejects,
@@ -205,9 +199,8 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
         partitions.append({"path": rel, "rows": df.height, "sha256": sha})
         rows_written += df.height
 
-    new_keys_df = pl.concat(new_keys) if new_keys else seen_keys.clear()
     keys_rel = f"state/dedupe-{txn.id}.parquet"
-    new_keys_df.write_parquet(txn.path(keys_rel))
+    seen_keys.to_frame().write_parquet(txn.path(keys_rel))
     rejects_rel = f"rejects/{txn.id}.parquet"
     write_parquet(rejects_df, txn.path(rejects_rel), REJECTS)
 
@@ -259,7 +252,6 @@ REJECTS_POLARS = {
     "ingest_id": pl.String,
     "file": pl.String,
 }
-_EMPTY_KEYS = pl.DataFrame(schema={"h1": pl.UInt64, "h2": pl.UInt64})
 
 
 def _assign_seq(df: pl.DataFrame, next_seq: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,235 @@
+"""``parpo registry``: list versions, show one, promote, roll back.
+
+Imports ``reward_models.registry`` inside each command (never torch), so
+listing a registry starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from reward_models.registry import Registry, VersionInfo
+
+app = typer.Typer(
+    help="Inspect the model registry (REG/<kind>/<version>/) and move its production pointer.",
+    no_args_is_help=True,
+)
+
+
+class Kind(StrEnum):
+    reward = "reward"
+    policy = "policy"
+
+
+RegistryOpt = Annotated[
+    Path,
+    typer.Option("--registry", "-r", help="Registry folder (REG).", envvar="PARPO_REGISTRY"),
+]
+KindOpt = Annotated[Kind, typer.Option("--kind", "-k", help="Which models.")]
+VersionArg = Annotated[
+    str | None,
+    typer.Argument(help="A version name, its number (3 or v000003), 'latest' or 'production'."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _registry(path: Path) -> Registry:
+    from reward_models.registry import Registry
+
+    return Registry(path)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _markers(info: VersionInfo) -> str:
+    return ", ".join(m for m, on in (("production", info.is_production), ("latest", info.is_latest)) if on)
+
+
+@app.command("list")
+def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt = False) -> None:
+    """List versions in publish order with their pointers, data and key test metrics."""
+    from rich.table import Table
+
+    from parpo.cli.console import console
+
+    reg = _registry(registry)
+    infos = reg.list_versions(kind.value)
+    if as_json:
+        typer.echo(json.dumps([i.to_dict() for i in infos], indent=2))
+        return
+    if not infos:
+        console.print(f"no {kind.value} versions in {registry}", soft_wrap=True)
+        return
+    t = Table(title=f"{kind.value} versions in {registry}", title_justify="left")
+    for col, justify in (
+        ("version", "left"),
+        ("pointers", "left"),
+        ("published", "left"),
+        ("parent", "left"),
+        ("data", "left"),
+        ("split", "left"),
+        ("ndcg@10", "right"),
+        ("recall@10", "right"),
+        ("status", "left"),
+    ):
+        t.add_column(col, justify=justify, no_wrap=col in ("version", "pointers", "published", "parent"))
+    for i in infos:
+        t.add_row(
+            f"[bold]{i.name}[/]" if i.is_production else i.name,
+            _markers(i),
+            i.published or "-",
+            i.parent.split("-", 1)[0] if i.parent else "-",
+            (i.data_fingerprint or "-")[:12],
+            f"{i.split}/{i.split_seed}" if i.split else "-",
+            *(f"{i.metrics[k]:.4f}" if k in i.metrics else "-" for k in ("ndcg@10", "recall@10")),
+            f"[red]{i.problem}[/]" if i.problem else "ok",
+        )
+    console.print(t)
+
+
+def _show_dict(reg: Registry, kind: str, version: str | None, verify: bool) -> dict[str, Any]:
+    v = reg.open(kind, version, verify=verify, check=verify)
+    files = v.manifest["files"]
+    pointers = {p: (reg.pointer(kind, p) or {}).get("version") == v.name for p in ("latest", "production")}
+    return {
+        "kind": kind,
+        "version": v.name,
+        "path": str(v.path),
+        "published": v.published,
+        "pointers": [p for p, on in pointers.items() if on],
+        "verified": verify,
+        "problems": [] if verify else reg.problems(kind, v.name, hashes=False),
+        "lineage": v.lineage.model_dump(mode="json"),
+        "metrics": v.metrics,
+        "manifest": {
+            "files": len(files),
+            "bytes": sum(int(e["size"]) for e in files.values()),
+            "by_folder": _by_folder(files),
+        },
+        "evals": [e["file"] for e in reg.evals(kind, v.name)],
+    }
+
+
+def _by_folder(files: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for rel, e in sorted(files.items()):
+        top = rel.split("/", 1)[0] + "/" if "/" in rel else rel
+        slot = out.setdefault(top, {"files": 0, "bytes": 0})
+        slot["files"] += 1
+        slot["bytes"] += int(e["size"])
+    return out
+
+
+@app.command()
+def show(
+    registry: RegistryOpt,
+    version: VersionArg = None,
+    kind: KindOpt = Kind.reward,
+    verify: Annotated[
+        bool, typer.Option("--verify/--no-verify", help="Check every file's sha256 against the manifest.")
+    ] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a version (default: production): lineage, metrics, files and evaluations."""
+    from rich.table import Table
+
+    from parpo.cli.console import console
+
+    d = _show_dict(_registry(registry), kind.value, version, verify)
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    marks = f" ({', '.join(d['pointers'])})" if d["pointers"] else ""
+    state = "sha256 verified" if verify else "[yellow]not verified[/]"
+    console.print(
+        f"[bold]{kind.value}/{d['version']}[/]{marks}  published {d['published']}  {state}", soft_wrap=True
+    )
+    console.print(f"  {d['path']}", soft_wrap=True)
+    for problem in d["problems"]:
+        console.print(f"  [red]problem[/]: {problem}", soft_wrap=True)
+    lin = Table(title="lineage", show_header=False, title_justify="left")
+    lin.add_column("key", style="bold")
+    lin.add_column("value")
+    for k, val in d["lineage"].items():
+        if k == "split":
+            pos = json.dumps(val.get("positives") or {}, sort_keys=True)
+            val = f"{val['name']} (seed {val['seed']}, positives {pos})"
+        elif isinstance(val, dict):
+            val = json.dumps(val, sort_keys=True) if val else "-"
+        lin.add_row(k, "-" if val is None else str(val))
+    console.print(lin)
+    if d["metrics"]:
+        sections = [s for s, m in d["metrics"].items() if isinstance(m, dict)]
+        names = sorted({k for s in sections for k in d["metrics"][s]})
+        mt = Table(title=f"metrics ({d['metrics'].get('split')}, seed {d['metrics'].get('seed')})")
+        mt.title_justify = "left"
+        mt.add_column("metric", style="bold")
+        for s in sections:
+            mt.add_column(s, justify="right")
+        for n in names:
+            mt.add_row(n, *(_fmt(d["metrics"][s].get(n)) for s in sections))
+        console.print(mt)
+    else:
+        console.print("metrics: none recorded at publish")
+    ft = Table(
+        title=f"files ({d['manifest']['files']}, {_size(d['manifest']['bytes'])})", title_justify="left"
+    )
+    ft.add_column("path", style="bold")
+    ft.add_column("files", justify="right")
+    ft.add_column("size", justify="right")
+    for top, s in d["manifest"]["by_folder"].items():
+        ft.add_row(top, str(s["files"]), _size(s["bytes"]))
+    console.print(ft)
+    console.print(f"evals: {', '.join(d['evals']) if d['evals'] else 'none'}", soft_wrap=True)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return "-" if v is None else str(v)
+
+
+@app.command()
+def promote(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = Kind.reward) -> None:
+    """Verify a version and make it production (default: latest)."""
+    from parpo.cli.console import console
+
+    reg = _registry(registry)
+    before = (reg.pointer(kind.value, "production") or {}).get("version")
+    name = reg.promote(kind.value, version)
+    if name == before:
+        console.print(f"{kind.value}/{name} is already production", soft_wrap=True)
+    else:
+        console.print(f"production: {kind.value}/{name} (was {before or 'unset'})", soft_wrap=True)
+
+
+@app.command()
+def rollback(registry: RegistryOpt, kind: KindOpt = Kind.reward) -> None:
+    """Point production back at the version that was production before."""
+    from parpo.cli.console import console
+
+    reg = _registry(registry)
+    before = (reg.pointer(kind.value, "production") or {}).get("version")
+    name = reg.rollback(kind.value)
+    console.print(f"production: {kind.value}/{name} (rolled back from {before})", soft_wrap=True)
+
+
+@app.command()
+def verify(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = Kind.reward) -> None:
+    """Recompute every file's sha256 (default: production); one error line on the first problem."""
+    from parpo.cli.console import console
+
+    v = _registry(registry).verify(kind.value, version)
+    console.print(f"{v.label}: ok ({len(v.manifest['files'])} files match manifest.json)", soft_wrap=True)
