@@ -279,7 +279,10 @@ def run_contender(name: str, data: str, path: Path, out: Path, timeout: float) -
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--run-contender", name]
     cmd += ["--data", data, "--input", str(path), "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f}s"}
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
@@ -314,7 +317,7 @@ def check_outputs(data: str, ours: Path, pandas_out: Path) -> str:
             (pl.col("reason") != pl.col("reason_pandas")).fill_null(True)
             | (pl.col("raw") != pl.col("raw_pandas")).fill_null(True)
         )
-        return f"rejects differ ({ra.height} vs {pandas_out and rb.height}); first: {j.head(3).to_dicts()}"
+        return f"rejects differ ({ra.height} vs {rb.height}); first: {j.head(3).to_dicts()}"
     for kind in ("users", "items"):
         if not ds.idmap(kind).equals(pl.read_parquet(pandas_out / f"idmap_{kind}.parquet")):
             return f"id map {kind} differs"

@@ -12,10 +12,11 @@ Taobao CSV (no header, no quoting):
    outside quoted fields must be ``n_columns - 1`` (else "ragged line").
 3. The accepted lines are joined and parsed once more by ``pd.read_csv``
    (pyarrow engine, all strings, ``keep_default_na=False``).
-4. Typing and row checks: ``str.strip``, ``pd.to_numeric(errors="coerce")``,
+4. Typing and row checks: ``pd.to_numeric(errors="coerce")``,
    ``pd.to_datetime``; a row's reason is its first failed check, in the order
    the ingest applies them (adapter, then common checks).
-5. Exact dedupe of the typed canonical rows with ``DataFrame.duplicated``.
+5. Exact dedupe of records (the raw text of lines that passed every check)
+   with ``Series.duplicated``.
 6. ``seq``: stable sort by (user or request, ts, line) then ``groupby().cumcount()``.
 7. Id maps by ``pd.unique`` (order of first appearance); items keep each
    item's last non-null category.
@@ -84,7 +85,7 @@ def ingest(path: Path, fmt: str, out: Path, now: datetime | None = None) -> dict
 
     # 2. Line checks.
     reason = pd.Series(np.nan, index=text.index, dtype=object)
-    _flag(reason, text.str.strip() == "", "empty line")
+    _flag(reason, text == "", "empty line")
     n_sep = text.str.len() - text.str.replace(SEP, "", regex=False).str.len()
     quoted = text.str.contains(quote, regex=False) if quote else pd.Series(False, index=text.index)
     if quoted.any():
@@ -122,8 +123,8 @@ def ingest(path: Path, fmt: str, out: Path, now: datetime | None = None) -> dict
     row_rejects = why.dropna()
     rows = rows[why.isna()]
 
-    # 5. Exact dedupe.
-    dup = rows.duplicated(subset=ROW_COLUMNS)
+    # 5. Exact dedupe of records: the raw text of the lines that passed every check.
+    dup = text.loc[rows.index].duplicated()
     dup_rejects = pd.Series(DUPLICATE, index=rows.index[dup.to_numpy()], dtype=object)
     rows = rows[~dup]
 
@@ -192,8 +193,13 @@ def _flag(reason: pd.Series, cond: pd.Series, msg) -> None:
 
 
 def _nonempty(s: pd.Series) -> pd.Series:
-    s = s.str.strip()
+    """'' -> missing; anything else is kept exactly as given."""
     return s.mask(s == "")
+
+
+def _padded(s: pd.Series) -> pd.Series:
+    """Where a number has surrounding whitespace: ``pd.to_numeric`` accepts it, the ingest does not."""
+    return s.str.strip() != s
 
 
 def _number(rows: pd.DataFrame, fields: pd.DataFrame, why: pd.Series, col: str, integer: bool) -> pd.Series:
@@ -206,7 +212,7 @@ def _number(rows: pd.DataFrame, fields: pd.DataFrame, why: pd.Series, col: str, 
         rows[col] = v.astype("Int32")
         bad = s.notna() & v.isna()
     else:
-        v = pd.to_numeric(s, errors="coerce")
+        v = pd.to_numeric(s, errors="coerce").mask(_padded(s))
         rows[col] = v
         nan = s.str.lower().isin(NAN_WORDS)
         bad = s.notna() & v.isna() & ~nan
@@ -216,8 +222,8 @@ def _number(rows: pd.DataFrame, fields: pd.DataFrame, why: pd.Series, col: str, 
 
 
 def _unix_ts(s: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """(ts as datetime64[us, UTC], parsed as a number) of stripped strings."""
-    secs = pd.to_numeric(s, errors="coerce")
+    """(ts as datetime64[us, UTC], parsed as a number) of Unix seconds."""
+    secs = pd.to_numeric(s, errors="coerce").mask(_padded(s))
     us = (secs * 1_000_000).round()
     ok = (us.abs() < 2**63 - 1).to_numpy()  # NaN and inf are not ok
     vals = np.where(ok, us.fillna(0).to_numpy(), 0).astype("int64").view("datetime64[us]")
