@@ -41,7 +41,7 @@ from data_pipelines.schema import (
     to_arrow,
 )
 from data_pipelines.transaction import Transaction, read_manifest, recover
-from data_pipelines.validate import ORD, REASON, common_checks
+from data_pipelines.validate import ORD, REASON, common_checks, failing_lines
 
 BUCKET_BYTES = 96 << 20  # input bytes per seq bucket: bounds pass-2 memory
 DUPLICATE = "exact duplicate of an earlier record"
@@ -115,17 +115,18 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
     seen_keys = KeySet(existing.dedupe_keys() if existing else None)
     rejects: list[pl.DataFrame] = []
     contexts: list[pl.DataFrame] = []
-    users_seen = pl.DataFrame(schema={"id": pl.String})
-    items_seen = pl.DataFrame(schema={"id": pl.String})
-    item_cats = pl.DataFrame(schema={"item_id": pl.String, "category": pl.String})
+    # Per-chunk distinct ids (first appearance order) and last categories, merged once at the end.
+    users_seen: list[pl.DataFrame] = [pl.DataFrame(schema={"id": pl.String})]
+    items_seen: list[pl.DataFrame] = [pl.DataFrame(schema={"id": pl.String})]
+    item_cats: list[pl.DataFrame] = [pl.DataFrame(schema={"item_id": pl.String, "category": pl.String})]
     rows_in = rows_rejected = 0
-    check = common_checks(now)
+    checks = common_checks(now)
     n_chunk = 0
     for spec in source.files:
         for i_chunk, chunk in enumerate(spec.chunks()):
             rows_in += chunk.n_lines
-            rows = spec.transform(chunk.fields).with_columns(check)
-            bad = rows.filter(pl.col(REASON).is_not_null()).group_by(LINE).agg(pl.col(REASON).first())
+            rows = spec.transform(chunk.fields)
+            bad = failing_lines(rows, checks)
             # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
             # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
             keys = (
@@ -156,10 +157,15 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
             rejects.append(rejected)
             rows_rejected += rejected.height
 
-            users_seen = _first_seen(users_seen, rows["user_id"])
-            items_seen = _first_seen(items_seen, rows["item_id"])
-            cats = rows.filter(pl.col("category").is_not_null()).select("item_id", "category")
-            item_cats = pl.concat([item_cats, cats]).unique("item_id", keep="last", maintain_order=True)
+            users_seen.append(
+                rows.select(pl.col("user_id").alias("id")).drop_nulls().unique(maintain_order=True)
+            )
+            items_seen.append(rows.select(pl.col("item_id").alias("id")).unique(maintain_order=True))
+            item_cats.append(
+                rows.filter(pl.col("category").is_not_null())
+                .select("item_id", "category")
+                .unique("item_id", keep="last", maintain_order=True)
+            )
             if "__context" in rows.columns:
                 contexts.append(
                     rows.filter(pl.col("__context").is_not_null())
@@ -205,7 +211,14 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
     write_parquet(rejects_df, txn.path(rejects_rel), REJECTS)
 
     tables = _side_tables(
-        source, existing, existing or share_idmaps_with, users_seen, items_seen, item_cats, contexts, txn
+        source,
+        existing,
+        existing or share_idmaps_with,
+        pl.concat(users_seen).unique("id", keep="first", maintain_order=True),
+        pl.concat(items_seen).unique("id", keep="first", maintain_order=True),
+        pl.concat(item_cats).unique("item_id", keep="last", maintain_order=True),
+        contexts,
+        txn,
     )
     ingest_record = {
         "id": txn.id,
@@ -274,12 +287,6 @@ def _assign_seq(df: pl.DataFrame, next_seq: pl.DataFrame) -> pl.DataFrame:
     return df.join(next_seq, on="__key", how="left", maintain_order="left").with_columns(
         (pl.col("__base").fill_null(0) + pl.int_range(pl.len(), dtype=pl.Int64).over("__key")).alias("seq")
     )
-
-
-def _first_seen(seen: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
-    """Running list of distinct ids in order of first appearance."""
-    new = pl.DataFrame({"id": ids}).drop_nulls().unique(maintain_order=True)
-    return pl.concat([seen, new]).unique("id", keep="first", maintain_order=True)
 
 
 def _merge_table(old: pl.DataFrame | None, new: pl.DataFrame | None, key: str) -> pl.DataFrame | None:

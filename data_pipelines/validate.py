@@ -83,35 +83,56 @@ def first_reason(*reasons: pl.Expr) -> pl.Expr:
     return pl.coalesce(*reasons).alias(REASON)
 
 
-def common_checks(now: datetime | None = None) -> pl.Expr:
-    """The checks every canonical row must pass (applied after the adapter's own)."""
+def common_checks(now: datetime | None = None) -> list[tuple[pl.Expr, pl.Expr]]:
+    """The checks every canonical row must pass, as (failed, message) pairs.
+
+    ``failed`` is cheap and evaluated on every row; ``message`` only on the rows that
+    failed (formatting a timestamp for every row cost more than all checks together).
+    """
     now = now or datetime.now(UTC)
     ts_max = now + TS_FUTURE_SLACK
     events = list(EVENTS)
-    checks = [
-        pl.col(REASON),
-        pl.when(pl.col("user_id").is_null() & pl.col("request_id").is_null()).then(
-            pl.lit("user_id is empty (only anonymous rows with a request_id may omit it)")
+    return [
+        (
+            pl.col("user_id").is_null() & pl.col("request_id").is_null(),
+            pl.lit("user_id is empty (only anonymous rows with a request_id may omit it)"),
         ),
-        pl.when(pl.col("item_id").is_null()).then(pl.lit("item_id is empty")),
-        pl.when(pl.col("event").is_null()).then(pl.lit("event is empty")),
-        pl.when(~pl.col("event").is_in(events)).then(
-            pl.format(f"unknown event '{{}}' (expected one of: {', '.join(EVENTS)})", pl.col("event"))
+        (pl.col("item_id").is_null(), pl.lit("item_id is empty")),
+        (pl.col("event").is_null(), pl.lit("event is empty")),
+        (
+            ~pl.col("event").is_in(events),
+            pl.format(f"unknown event '{{}}' (expected one of: {', '.join(EVENTS)})", pl.col("event")),
         ),
-        pl.when((pl.col("ts") < TS_MIN) | (pl.col("ts") > ts_max)).then(
+        (
+            (pl.col("ts") < TS_MIN) | (pl.col("ts") > ts_max),
             pl.format(
                 f"timestamp {{}} is out of range [{TS_MIN:%Y-%m-%d}, {ts_max:%Y-%m-%d}]",
                 pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%SZ"),
-            )
+            ),
         ),
-        pl.when(
-            pl.col("propensity").is_not_null() & ~pl.col("propensity").is_between(0, 1, closed="right")
-        ).then(pl.format("propensity {} is outside (0, 1]", pl.col("propensity"))),
-        pl.when(pl.col("position").is_not_null() & (pl.col("position") < 1)).then(
-            pl.format("position {} is not 1-based", pl.col("position"))
+        (
+            pl.col("propensity").is_not_null() & ~pl.col("propensity").is_between(0, 1, closed="right"),
+            pl.format("propensity {} is outside (0, 1]", pl.col("propensity")),
         ),
-        pl.when(pl.col("value").is_not_null() & ~pl.col("value").is_finite()).then(
-            pl.format("value {} is not finite", pl.col("value"))
+        (
+            pl.col("position").is_not_null() & (pl.col("position") < 1),
+            pl.format("position {} is not 1-based", pl.col("position")),
+        ),
+        (
+            pl.col("value").is_not_null() & ~pl.col("value").is_finite(),
+            pl.format("value {} is not finite", pl.col("value")),
         ),
     ]
-    return pl.coalesce(checks).alias(REASON)
+
+
+def failing_lines(rows: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr]]) -> pl.DataFrame:
+    """(__line, __reason) of every line with a failing row: the adapter's reason first,
+    then the first failed common check."""
+    failed = pl.any_horizontal([pl.col(REASON).is_not_null(), *(c.fill_null(False) for c, _ in checks)])
+    reason = pl.coalesce([pl.col(REASON), *(pl.when(c.fill_null(False)).then(m) for c, m in checks)])
+    return (
+        rows.filter(failed)
+        .select(LINE, reason.alias(REASON))
+        .group_by(LINE, maintain_order=True)
+        .agg(pl.col(REASON).first())
+    )
