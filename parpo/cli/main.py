@@ -14,6 +14,8 @@ import typer
 from data_pipelines.errors import UserError
 from parpo.cli.data import app as data_app
 from parpo.cli.demo import demo
+from parpo.cli.registry import app as registry_app
+from parpo.cli.reward import app as reward_app
 
 app = typer.Typer(
     name="parpo",
@@ -25,6 +27,8 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(data_app, name="data")
+app.add_typer(reward_app, name="reward")
+app.add_typer(registry_app, name="registry")
 app.command("demo")(demo)
 
 
