@@ -1,0 +1,150 @@
+"""Reward-model quality: DICE vs MF-BPR (and optionally LightGCN), paired per split seed x training seed.
+
+One JSON line per run on stdout, then one summary line per preset (mean ± std over runs)
+and one paired-difference line per preset against the baseline. Progress goes to stderr.
+
+    python benchmarks/reward_quality.py --data /tmp/ml                        # an ingested ML-100K
+    python benchmarks/reward_quality.py --movielens ../shared/data/movielens-100k
+    python benchmarks/reward_quality.py --data data/synth --presets dice mf --split-seeds 0 --seeds 0 1 2
+
+Checkpoints are chosen on valid NDCG@10 only (early stopping); the split seeds are fixed
+by the command line, before anything is trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+KEYS = (
+    "test.ndcg@10",
+    "test.recall@10",
+    "valid.ndcg@10",
+    "synthetic.interest_spearman",
+    "synthetic.uniform.ndcg@10",
+)
+
+
+def one_run(
+    data_dir: Path, preset: str, split: str, split_seed: int, seed: int, extra: list[str]
+) -> dict[str, Any]:
+    from parpo.presets import load
+    from reward_models.config import RewardConfig
+    from reward_models.data import RewardData
+    from reward_models.evaluate import evaluate
+    from reward_models.pipeline import export_weights, readout_vectors
+    from reward_models.training import fit
+
+    over = [
+        f"split.name={split}",
+        f"split.seed={split_seed}",
+        f"runtime.seed={seed}",
+        "train.progress_bar=false",
+        "train.checkpoint=false",
+        *extra,
+    ]
+    cfg = load(RewardConfig, "reward", preset, over)
+    t0 = time.perf_counter()
+    data = RewardData.load(data_dir, split, split_seed, cfg.split.positives)
+    with tempfile.TemporaryDirectory(prefix="reward-quality-") as run:
+        res = fit(cfg, data, run)
+    m = evaluate(readout_vectors(export_weights(res.tables, data), data), data, cfg.eval.ks, baselines=False)
+    seconds = time.perf_counter() - t0
+    flat = {
+        f"{sec}.{k}": v
+        for sec in ("valid", "test", "synthetic", "diagnostics")
+        for k, v in m.get(sec, {}).items()
+    }
+    return {
+        "bench": "reward_quality",
+        "data": data_dir.name,
+        "model": preset,
+        "split": split,
+        "split_seed": split_seed,
+        "seed": seed,
+        **{k: round(v, 5) for k, v in flat.items() if k in KEYS or k.startswith("diagnostics.")},
+        **res.summary(),
+        "run_seconds": round(seconds, 2),
+    }
+
+
+def summarise(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    out = []
+    presets = sorted({r["model"] for r in rows})
+    for p in presets:
+        mine = [r for r in rows if r["model"] == p]
+        line: dict[str, Any] = {"bench": "reward_quality_summary", "model": p, "runs": len(mine)}
+        for k in KEYS:
+            vals = [r[k] for r in mine if k in r]
+            if vals:
+                line[k] = round(statistics.mean(vals), 5)
+                line[f"{k}.std"] = round(statistics.stdev(vals), 5) if len(vals) > 1 else 0.0
+        out.append(line)
+        if p == baseline:
+            continue
+        base = {(r["split_seed"], r["seed"]): r for r in rows if r["model"] == baseline}
+        diff: dict[str, Any] = {"bench": "reward_quality_paired", "model": p, "baseline": baseline}
+        for k in KEYS:
+            d = [
+                r[k] - base[(r["split_seed"], r["seed"])][k]
+                for r in mine
+                if k in r and (r["split_seed"], r["seed"]) in base
+            ]
+            if d:
+                diff[f"{k}.diff"] = round(statistics.mean(d), 5)
+                diff[f"{k}.diff_std"] = round(statistics.stdev(d), 5) if len(d) > 1 else 0.0
+                diff["pairs"] = len(d)
+        out.append(diff)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", type=Path, help="an ingested dataset folder")
+    src.add_argument("--movielens", type=Path, help="the raw ML-100K folder (ingested into a temp folder)")
+    ap.add_argument("--split", default="intervened")
+    ap.add_argument("--split-seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--presets", nargs="+", default=["dice", "mf"])
+    ap.add_argument("--baseline", default="mf")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument(
+        "overrides", nargs="*", help="extra dotted overrides for every run, e.g. train.epochs=200"
+    )
+    args = ap.parse_args()
+    extra = list(args.overrides) + ([f"runtime.threads={args.threads}"] if args.threads else [])
+    tmp = None
+    data_dir = args.data
+    if args.movielens is not None:
+        from data_pipelines.adapters import open_source
+        from data_pipelines.ingest import ingest
+
+        tmp = tempfile.TemporaryDirectory(prefix="reward-quality-ml-")
+        data_dir = Path(tmp.name) / "movielens-100k"
+        ingest(open_source("movielens", args.movielens, None), data_dir)
+    rows = []
+    for split_seed in args.split_seeds:
+        for seed in args.seeds:
+            for preset in args.presets:
+                print(f"{preset} split_seed={split_seed} seed={seed} ...", file=sys.stderr, flush=True)
+                row = one_run(data_dir, preset, args.split, split_seed, seed, extra)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    for line in summarise(rows, args.baseline):
+        print(json.dumps(line), flush=True)
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

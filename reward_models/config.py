@@ -1,0 +1,98 @@
+"""The ``reward`` config group (``configs/reward/*.yaml``): stage-2 reward model training.
+
+Presets: ``dice`` (interest/conformity causal embeddings, DICE, WWW 2021), ``mf``
+(plain MF-BPR, the baseline), ``lightgcn`` (DICE on a LightGCN backbone). Every key
+is validated here; ``parpo reward train --config dice model.dim=32`` overrides one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from data_pipelines.config import RuntimeConfig, StrictModel
+from data_pipelines.splits.rule import PositivesRule
+
+
+class RewardSplitConfig(StrictModel):
+    """Which split the model is trained, selected and tested on (lineage records all three)."""
+
+    name: str = Field("intervened", description="temporal, intervened, cold_users, cold_items or native")
+    seed: int = Field(0, description="split realisation")
+    positives: PositivesRule = PositivesRule()
+
+
+class LossWeights(StrictModel):
+    """Initial weights of the cause-specific terms (the curriculum decays ``int`` and ``con``)."""
+
+    int: float = Field(0.1, ge=0, description="interest BPR (triples whose negative is more popular)")
+    con: float = Field(0.1, ge=0, description="conformity BPR (direction of the popularity comparison)")
+    disc: float = Field(0.01, ge=0, description="discrepancy between interest and conformity embeddings")
+
+
+class ModelConfig(StrictModel):
+    backbone: Literal["mf", "lightgcn"] = "mf"
+    dim: int = Field(64, ge=1, description="embedding size of each branch (interest, conformity)")
+    n_layers: int = Field(2, ge=0, description="LightGCN propagation layers (ignored by mf)")
+    disentangle: bool = Field(True, description="False: one embedding per user/item, plain BPR (MF-BPR)")
+    discrepancy: Literal["dcor", "l2", "orthogonal", "none"] = "dcor"
+    dcor_sample: int = Field(256, ge=2, description="users and items subsampled per batch for dCor")
+    init_std: float = Field(0.05, gt=0, description="normal init of the embedding tables")
+    weights: LossWeights = LossWeights()
+    reweight: float = Field(
+        0.0, ge=0, description="popularity re-weighting exponent (interest: rare positives up; 0 = off)"
+    )
+
+
+class SamplerConfig(StrictModel):
+    """Popularity-aware negative sampling with a margin (``reward_models.sampler``) and its curriculum."""
+
+    margin: float = Field(40.0, ge=0, description="absolute margin on train counts")
+    margin_decay: float = Field(0.9, gt=0, le=1, description="margin *= margin_decay after every epoch")
+    loss_decay: float = Field(0.9, gt=0, le=1, description="int and con weights *= loss_decay every epoch")
+    p_more: float = Field(0.5, ge=0, le=1, description="probability of a more popular negative")
+    click_correction: bool = Field(
+        True,
+        description="importance-weight the click BPR back to uniform negatives (interest/conformity unweighted)",
+    )
+
+
+class TrainConfig(StrictModel):
+    epochs: int = Field(300, ge=1)
+    batch_size: int = Field(8192, ge=1, description="global batch (split over ranks)")
+    lr: float = Field(0.01, gt=0)
+    weight_decay: float = Field(0.0, ge=0, description="Adam L2 on the parameters")
+    reg: float = Field(0.0, ge=0, description="L2 on the batch's embedding rows (per triple)")
+    patience: int = Field(10, ge=1, description="evaluations without a better valid NDCG@10 before stopping")
+    early_stopping: bool = True
+    restore_best: bool = Field(True, description="publish the weights of the best valid epoch")
+    eval_every: int = Field(1, ge=1, description="epochs between valid evaluations")
+    max_steps: int = Field(-1, ge=-1, description="stop after this many optimiser steps (-1: no limit)")
+    progress_bar: bool = True
+    checkpoint: bool = Field(True, description="write last.ckpt (exact resume) every evaluation")
+    checkpoint_every_n_steps: int = Field(0, ge=0, description="also step-<N>.ckpt every N steps (0: off)")
+
+
+class EvalConfig(StrictModel):
+    ks: list[int] = Field([10, 20, 50], min_length=1)
+    batch_users: int = Field(1024, ge=1)
+    spearman_items: int = Field(200, ge=2, description="random items per user for the synthetic Spearman")
+    seed: int = Field(0, description="seed of the synthetic Spearman item draw")
+
+    @model_validator(mode="after")
+    def _k10(self) -> EvalConfig:
+        if 10 not in self.ks:
+            raise ValueError("eval.ks must contain 10 (model selection uses valid NDCG@10)")
+        if min(self.ks) < 1:
+            raise ValueError("eval.ks must be positive")
+        return self
+
+
+class RewardConfig(StrictModel):
+    runtime: RuntimeConfig = RuntimeConfig()
+    split: RewardSplitConfig = RewardSplitConfig()
+    model: ModelConfig = ModelConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()

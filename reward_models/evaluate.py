@@ -1,0 +1,239 @@
+"""Evaluating a reward model (and the MostPop baseline) in the shared metrics harness.
+
+Sections of the result (they become ``metrics.json`` at publish):
+
+- ``valid``, ``test``: full-sort ranking metrics (``data_pipelines.metrics``, RecBole
+  definitions) of the click score over every item, train items masked (and valid
+  items at test); ``test`` adds the popularity-bias diagnostics of the top-K lists.
+- ``diagnostics``: mean per-user Spearman of the interest (and click) score with the
+  item's train popularity over random warm items: how much of "taste" is popularity.
+- ``synthetic`` (datasets written by ``data_pipelines.synth``): ``interest_spearman``
+  and ``conformity_spearman`` against the truth on ``spearman_items`` random warm
+  items per warm user; ranking metrics on ``uniform_test/`` (each user's uniformly
+  exposed items ranked by the click and by the interest score).
+- ``baselines.mostpop``: the same harness with score = train popularity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from data_pipelines.dataset import Dataset
+from data_pipelines.metrics import (
+    Csr,
+    bias_metrics,
+    csr_from_pairs,
+    csr_rows,
+    full_sort_topk,
+    mean_user_spearman,
+    per_user_ranking_metrics,
+    ranking_metrics,
+    sample_items_per_user,
+    synthetic_spearman,
+    topk_from_scores,
+)
+from reward_models.data import RewardData, index_pairs
+
+Scorer = Callable[[np.ndarray], np.ndarray]  # user indices [b] -> scores [b, n_items]
+UNIFORM_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
+
+
+@dataclass
+class Vectors:
+    """Scored vectors in one dataset's index space: branch -> user [n_users, d], item [n_items, d]."""
+
+    user: dict[str, torch.Tensor]
+    item: dict[str, torch.Tensor]
+
+    @classmethod
+    def from_tables(cls, tables: Mapping[str, torch.Tensor]) -> Vectors:
+        """From ``CausalEmbeddings.export`` names (``user_interest``, ``item_conformity``, ...)."""
+        user = {k[5:]: v.float() for k, v in tables.items() if k.startswith("user_") and v.ndim == 2}
+        item = {k[5:]: v.float() for k, v in tables.items() if k.startswith("item_") and v.ndim == 2}
+        return cls(user, item)
+
+    @property
+    def disentangled(self) -> bool:
+        return "conformity" in self.user
+
+    def _names(self, branch: str) -> list[str]:
+        return list(self.user) if branch == "click" else [branch]
+
+    def pair_scores(self, users: np.ndarray, items: np.ndarray, branch: str) -> np.ndarray:
+        """Scores of users [U] x their own items [U, n] -> [U, n] (branch: interest, conformity, click)."""
+        u, i = torch.from_numpy(users), torch.from_numpy(items)
+        out = sum(torch.einsum("ud,und->un", self.user[b][u], self.item[b][i]) for b in self._names(branch))
+        return out.numpy()  # type: ignore[union-attr]
+
+    def scorer(self, branch: str = "click") -> Scorer:
+        uu = torch.cat([self.user[b] for b in self._names(branch)], dim=1)
+        ii = torch.cat([self.item[b] for b in self._names(branch)], dim=1)
+
+        def score(users: np.ndarray) -> np.ndarray:
+            return (uu[torch.from_numpy(np.asarray(users, dtype=np.int64))] @ ii.T).numpy()
+
+        return score
+
+
+def mostpop_scorer(popularity: np.ndarray) -> Scorer:
+    """Every user gets the items' train popularity (ties: lower index first)."""
+    pop = np.asarray(popularity, dtype=np.float32)
+    return lambda users: np.broadcast_to(pop, (len(users), pop.size))
+
+
+def union(a: Csr, b: Csr) -> Csr:
+    rows = np.concatenate([a.row_ids(), b.row_ids()])
+    return csr_from_pairs(rows, np.concatenate([a.indices, b.indices]), a.n_rows)
+
+
+def ranking(
+    scorer: Scorer,
+    data: RewardData,
+    part: str,
+    ks: Sequence[int],
+    batch_users: int = 1024,
+    bias: bool = False,
+) -> dict[str, float]:
+    """Full-sort metrics on ``part`` (valid: train masked; test: train + valid masked)."""
+    truth = data.valid if part == "valid" else data.test
+    exclude = data.train if part == "valid" else union(data.train, data.valid)
+    users = np.flatnonzero(truth.lengths() > 0)
+    if users.size == 0:
+        return {}
+    ks = [k for k in ks if k <= data.n_items]
+    topk = full_sort_topk(scorer, users, data.n_items, exclude, max(ks), batch_users)
+    out = ranking_metrics(topk, csr_rows(truth, users), ks)
+    out["n_users"] = float(users.size)
+    if bias:
+        out |= bias_metrics(topk, data.popularity, ks)
+    return out
+
+
+def _warm_sample(data: RewardData, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(warm users [U], n sampled warm items per user [U, n])."""
+    users = np.flatnonzero(data.seen_users())
+    warm_items = np.flatnonzero(data.seen_items())
+    n = min(n, warm_items.size)
+    if users.size == 0 or n < 2:
+        return users[:0], np.empty((0, 0), dtype=np.int64)
+    return users, warm_items[sample_items_per_user(users.size, warm_items.size, n, seed)]
+
+
+def diagnostics(vec: Vectors, data: RewardData, n: int = 200, seed: int = 0) -> dict[str, float]:
+    """Mean per-user Spearman of the interest / click score with log train popularity."""
+    users, items = _warm_sample(data, n, seed)
+    if users.size == 0:
+        return {}
+    logpop = np.log1p(data.popularity.astype(np.float64))[items]
+    return {
+        f"{b}_popularity_spearman": mean_user_spearman(vec.pair_scores(users, items, b), logpop)[0]
+        for b in ("interest", "click")
+    }
+
+
+def truth_spearman(vec: Vectors, data: RewardData, n: int = 200, seed: int = 0) -> dict[str, float]:
+    """``interest_spearman`` (and ``conformity_spearman``) against ``DIR/truth``; {} without truth."""
+    root = Path(data.root)
+    if not (root / "truth" / "meta.json").is_file():
+        return {}
+    from data_pipelines.synth import Truth
+
+    truth = Truth(root)
+    users, items = _warm_sample(data, n, seed)
+    if users.size == 0:
+        return {}
+    uid, iid = data.users["id"].to_numpy()[users], data.items["id"].to_numpy()
+    tu = truth.user_vectors[truth.user_index(uid)].astype(np.float64)
+    ti = truth.item_vectors[truth.item_index(iid)].astype(np.float64)  # [n_items, d] in dataset order
+    true_int = np.einsum("ud,und->un", tu, ti[items]) / np.sqrt(tu.shape[1])
+    learned_con = true_con = None
+    if vec.disentangled:
+        expo_df = pl.read_parquet(truth.dir / "items.parquet", columns=["item_id", "exposure"])
+        expo = expo_df["exposure"].to_numpy().astype(np.float64)[truth.item_index(iid)]
+        pop = np.log1p(expo / max(expo.mean(), 1e-12))  # pop_i of the click logit (docs/synthetic.md)
+        true_con = truth.conformity(uid)[:, None] * pop[items]
+        learned_con = vec.pair_scores(users, items, "conformity")
+    res = synthetic_spearman(vec.pair_scores(users, items, "interest"), true_int, learned_con, true_con)
+    return {k.removeprefix("synthetic."): v for k, v in res.items()}
+
+
+def uniform_metrics(
+    scorer: Scorer, data: RewardData, uniform: Dataset, prefix: str = "uniform"
+) -> dict[str, float]:
+    """Each warm user's uniformly exposed items ranked by ``scorer``; metrics@10 against the positives."""
+    rows = uniform.interactions().collect()
+    shown = index_pairs(rows.filter(pl.col("event") == "impression"), data.users, data.items)
+    pos = index_pairs(rows.filter(data.rule.is_positive()), data.users, data.items)
+    cand = csr_from_pairs(shown["u"].to_numpy(), shown["i"].to_numpy(), data.n_users)
+    truth = csr_from_pairs(pos["u"].to_numpy(), pos["i"].to_numpy(), data.n_users)
+    users = np.flatnonzero((truth.lengths() > 0) & data.seen_users())
+    if users.size == 0:
+        return {}
+    topk = np.empty((users.size, 10), dtype=np.int64)
+    for s in range(0, users.size, 1024):
+        b = users[s : s + 1024]
+        c = csr_rows(cand, b)
+        full = np.asarray(scorer(b), dtype=np.float64)
+        masked = np.full(full.shape, -np.inf)  # only the exposed items compete
+        r = c.row_ids()
+        masked[r, c.indices] = full[r, c.indices]
+        topk[s : s + b.size] = topk_from_scores(masked, 10, None)
+    per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=(10,))
+    out = {f"{prefix}.{k}": float(np.nanmean(per_user[k])) for k in UNIFORM_METRICS}
+    out[f"{prefix}.n_users"] = float(users.size)
+    return out
+
+
+def synthetic_metrics(
+    vec: Vectors | None, data: RewardData, scorer: Scorer, n: int = 200, seed: int = 0
+) -> dict[str, float]:
+    """Truth Spearman (when ``vec`` is given) and uniform-exposure ranking; {} for other data."""
+    out = truth_spearman(vec, data, n, seed) if vec is not None else {}
+    uniform = Path(data.root) / "uniform_test"
+    if (uniform / "manifest.json").is_file():
+        ds = Dataset(uniform)
+        out |= uniform_metrics(scorer, data, ds, prefix="uniform")
+        if vec is not None and vec.disentangled:
+            out |= uniform_metrics(vec.scorer("interest"), data, ds, prefix="uniform_interest")
+    return out
+
+
+def evaluate(
+    tables: Mapping[str, torch.Tensor] | Vectors,
+    data: RewardData,
+    ks: Sequence[int] = (10, 20, 50),
+    *,
+    batch_users: int = 1024,
+    spearman_items: int = 200,
+    seed: int = 0,
+    baselines: bool = True,
+) -> dict[str, Any]:
+    """Every section of the module docstring for a model's vectors on ``data``'s split."""
+    vec = tables if isinstance(tables, Vectors) else Vectors.from_tables(tables)
+    click = vec.scorer("click")
+    out: dict[str, Any] = {
+        "valid": ranking(click, data, "valid", ks, batch_users),
+        "test": ranking(click, data, "test", ks, batch_users, bias=True),
+        "diagnostics": diagnostics(vec, data, spearman_items, seed),
+    }
+    syn = synthetic_metrics(vec, data, click, spearman_items, seed)
+    if syn:
+        out["synthetic"] = syn
+    if baselines:
+        pop = mostpop_scorer(data.popularity)
+        base: dict[str, Any] = {
+            "valid": ranking(pop, data, "valid", ks, batch_users),
+            "test": ranking(pop, data, "test", ks, batch_users, bias=True),
+        }
+        syn_pop = synthetic_metrics(None, data, pop, spearman_items, seed)
+        if syn_pop:
+            base["synthetic"] = syn_pop
+        out["baselines"] = {"mostpop": base}
+    return out

@@ -1,0 +1,247 @@
+"""Reading a published reward model: scores and the preference reward, by external ids.
+
+No Lightning import: loading reads ``weights/model.safetensors``, ``metadata.json``
+and the id maps of a registry version; scoring is a few batched matmuls.
+
+    rm = RewardModel.load("REG")                       # the production reward version
+    rm = RewardModel.load("REG/reward/v000003-...")     # one version folder
+    rm.score(["u1", "u1"], ["i9", "i4"])               # {"interest", "conformity", "click", "cold", ...}
+    rm.preference_reward(["u1"], [["i9", "i4", "i7"]])  # array([0.83])
+
+Formulas (``docs/reward-model.md``). With the user's vectors ``u_int, u_con`` and
+the item's ``i_int, i_con``: ``interest = <u_int, i_int>``, ``conformity =
+<u_con, i_con>``, ``click = interest + conformity`` (MF-BPR models have no
+conformity branch: ``conformity = 0``, ``interest = click``). The preference
+reward of a slate ``i_1..i_K`` for user ``u`` is the position-discounted mean of
+the items' interest *percentiles* within the user:
+
+    F_u(i) = ( #{r in R : s_u(r) < s_u(i)} + #{r in R : s_u(r) = s_u(i)} / 2 ) / |R|
+    reward = sum_k F_u(i_k) / log2(k + 1)  /  sum_k 1 / log2(k + 1)
+
+where ``s_u = interest`` and ``R`` is a fixed reference set of warm items (all of
+them up to ``REFERENCE_ITEMS``). Percentiles make users comparable whatever the
+scale of their scores; using the interest score alone drops what the user would
+click only because the item is popular (the conformity correction).
+
+Cold start: a user not in the model's id map, or with no train positive, is
+``cold``. With a profile (recent item ids) its interest vector is the mean
+interest vector of the profile's warm items, else the mean warm user's; its
+conformity vector is the mean warm user's. An unknown (or never trained) item
+is ``cold`` with the mean warm item's vectors, and its percentile is 0.5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reward_models.registry import Registry
+from reward_models.registry.errors import RegistryError
+
+REFERENCE_ITEMS = 4096
+KIND = "reward"
+Profiles = Sequence[Sequence[str] | None] | Mapping[str, Sequence[str]] | None
+
+
+def _read_ids(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["id", "index"])
+    ids = t.column("id").to_pylist()
+    index = t.column("index").to_numpy()
+    out: list[str] = [""] * len(ids)
+    for k, i in zip(ids, index, strict=True):
+        out[int(i)] = k
+    return out
+
+
+class RewardModel:
+    """A loaded stage-2 reward model; see the module docstring for the formulas."""
+
+    def __init__(
+        self,
+        tables: Mapping[str, torch.Tensor],
+        user_ids: Sequence[str],
+        item_ids: Sequence[str],
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        name: str = "",
+    ) -> None:
+        self.metadata, self.name = dict(metadata or {}), name
+        self.branches = [b for b in ("interest", "conformity") if f"user_{b}" in tables]
+        self.user = {b: tables[f"user_{b}"].float() for b in self.branches}
+        self.item = {b: tables[f"item_{b}"].float() for b in self.branches}
+        n_users, n_items = self.user["interest"].shape[0], self.item["interest"].shape[0]
+        ones_u, ones_i = torch.ones(n_users, dtype=torch.bool), torch.ones(n_items, dtype=torch.bool)
+        self.user_seen = tables["user_seen"].bool() if "user_seen" in tables else ones_u
+        self.item_seen = tables["item_seen"].bool() if "item_seen" in tables else ones_i
+        self.user_index = {k: i for i, k in enumerate(user_ids)}
+        self.item_index = {k: i for i, k in enumerate(item_ids)}
+        self.mean_user = {b: _mean(v, self.user_seen) for b, v in self.user.items()}
+        self.mean_item = {b: _mean(v, self.item_seen) for b, v in self.item.items()}
+        warm = torch.nonzero(self.item_seen).flatten()
+        if warm.numel() > REFERENCE_ITEMS:  # a fixed subset: the same reference set on every load
+            g = torch.Generator().manual_seed(0)
+            warm = warm[torch.randperm(warm.numel(), generator=g)[:REFERENCE_ITEMS]].sort().values
+        self.reference = warm
+
+    @property
+    def disentangled(self) -> bool:
+        return "conformity" in self.branches
+
+    # -- loading ---------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path, version: str | None = None, *, verify: bool = True) -> RewardModel:
+        """A registry root (``version`` or production of kind ``reward``) or a version folder."""
+        path = Path(path)
+        if (path / "manifest.json").is_file():
+            if version is not None:
+                raise RegistryError(
+                    f"{path} is one version folder; version={version!r} needs a registry root"
+                )
+            reg, kind, name = Registry(path.parent.parent), path.parent.name, path.name
+        else:
+            reg, kind, name = Registry(path), KIND, version
+        v = reg.open(kind, name, verify=verify)
+        if v.kind != KIND:
+            raise RegistryError(f"{v.label} is not a reward model")
+        tables = v.load_weights()
+        return cls(
+            tables,
+            _read_ids(v.file("idmaps/users.parquet")),
+            _read_ids(v.file("idmaps/items.parquet")),
+            v.metadata,
+            name=v.label,
+        )
+
+    # -- vectors -------------------------------------------------------------------------
+    def user_vectors(
+        self, user_ids: Sequence[str], profiles: Profiles = None
+    ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        """Vectors of the users (branch -> [B, d]) and their cold flags [B] bool."""
+        idx = torch.tensor([self.user_index.get(u, -1) for u in user_ids], dtype=torch.int64)
+        known = idx >= 0
+        known[known.clone()] = self.user_seen[idx[known]]
+        out = {}
+        for b in self.branches:
+            v = self.mean_user[b].expand(len(user_ids), -1).clone()
+            v[known] = self.user[b][idx[known]]
+            out[b] = v
+        cold = ~known
+        if profiles is not None and bool(cold.any()):
+            for row in torch.nonzero(cold).flatten().tolist():
+                items = _profile(profiles, user_ids, row)
+                ii = [self.item_index.get(i, -1) for i in items or []]
+                ii = torch.tensor([i for i in ii if i >= 0], dtype=torch.int64)
+                ii = ii[self.item_seen[ii]] if ii.numel() else ii
+                if ii.numel():
+                    out["interest"][row] = self.item["interest"][ii].mean(0)
+        return out, cold.numpy()
+
+    def item_vectors(self, item_ids: Sequence[str]) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        """Vectors of the items (branch -> [N, d]) and their cold flags [N] bool."""
+        idx = torch.tensor([self.item_index.get(i, -1) for i in item_ids], dtype=torch.int64)
+        known = idx >= 0
+        known[known.clone()] = self.item_seen[idx[known]]
+        out = {}
+        for b in self.branches:
+            v = self.mean_item[b].expand(len(item_ids), -1).clone()
+            v[known] = self.item[b][idx[known]]
+            out[b] = v
+        return out, (~known).numpy()
+
+    # -- scoring --------------------------------------------------------------------------
+    @torch.no_grad()
+    def score(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Profiles = None
+    ) -> dict[str, np.ndarray]:
+        """Scores of the pairs (user_ids[k], item_ids[k]); every value is [N].
+
+        Returns ``interest``, ``conformity``, ``click`` (float32) and ``cold``,
+        ``cold_user``, ``cold_item`` (bool). ``profiles``: recent item ids of users the
+        model has not seen, aligned with ``user_ids`` or keyed by user id.
+        """
+        if len(user_ids) != len(item_ids):
+            raise ValueError(
+                f"user_ids ({len(user_ids)}) and item_ids ({len(item_ids)}) must have the same length"
+            )
+        uniq = list(dict.fromkeys(user_ids))
+        if profiles is not None and not isinstance(profiles, Mapping):
+            profiles = {u: p for u, p in zip(user_ids, profiles, strict=True)}
+        uv, ucold = self.user_vectors(uniq, profiles)
+        row = torch.tensor(_positions(uniq, user_ids), dtype=torch.int64)
+        iv, icold = self.item_vectors(item_ids)
+        s = {b: (uv[b][row] * iv[b]).sum(-1) for b in self.branches}
+        interest = s["interest"].numpy()
+        conformity = s["conformity"].numpy() if self.disentangled else np.zeros_like(interest)
+        cu = ucold[row.numpy()] if len(user_ids) else np.zeros(0, dtype=bool)
+        return {
+            "interest": interest,
+            "conformity": conformity,
+            "click": interest + conformity,
+            "cold": cu | icold,
+            "cold_user": cu,
+            "cold_item": icold,
+        }
+
+    @torch.no_grad()
+    def preference_reward(
+        self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Profiles = None
+    ) -> np.ndarray:
+        """Preference reward in [0, 1] of each user's slate; [B] float64 (empty slate: 0)."""
+        if len(user_ids) != len(slates):
+            raise ValueError(
+                f"user_ids ({len(user_ids)}) and slates ({len(slates)}) must have the same length"
+            )
+        b = len(user_ids)
+        if b == 0:
+            return np.zeros(0)
+        if profiles is not None and not isinstance(profiles, Mapping):
+            profiles = {u: p for u, p in zip(user_ids, profiles, strict=True)}
+        uv, _ = self.user_vectors(list(user_ids), profiles)
+        u = uv["interest"]  # [B, d]
+        ref = torch.sort(u @ self.item["interest"][self.reference].T, dim=1).values  # [B, R]
+        width = max((len(s) for s in slates), default=0)
+        if width == 0:
+            return np.zeros(b)
+        flat = [i for s in slates for i in s]
+        iv, icold = self.item_vectors(flat)
+        lengths = torch.tensor([len(s) for s in slates])
+        rows = torch.repeat_interleave(torch.arange(b), lengths)
+        cols = torch.cat([torch.arange(n) for n in lengths.tolist()])
+        scores = torch.full((b, width), float("nan"))
+        scores[rows, cols] = (u[rows] * iv["interest"]).sum(-1)
+        lo = torch.searchsorted(ref, scores.nan_to_num(0.0).contiguous(), right=False)
+        hi = torch.searchsorted(ref, scores.nan_to_num(0.0).contiguous(), right=True)
+        pct = (lo + hi).double() / (2.0 * ref.shape[1])
+        pct[rows[torch.from_numpy(icold)], cols[torch.from_numpy(icold)]] = 0.5  # cold item: neutral
+        disc = 1.0 / torch.log2(torch.arange(width, dtype=torch.float64) + 2.0)
+        mask = torch.zeros(b, width, dtype=torch.float64)
+        mask[rows, cols] = 1.0
+        w = mask * disc
+        denom = w.sum(1)
+        reward = torch.where(
+            denom > 0, (pct * w).sum(1) / denom.clamp(min=1e-12), torch.zeros(b, dtype=torch.float64)
+        )
+        return reward.clamp(0.0, 1.0).numpy()
+
+
+def _mean(v: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    return v[seen].mean(0) if bool(seen.any()) else torch.zeros(v.shape[1])
+
+
+def _positions(uniq: list[str], ids: Sequence[str]) -> list[int]:
+    pos = {u: k for k, u in enumerate(uniq)}
+    return [pos[u] for u in ids]
+
+
+def _profile(profiles: Profiles, user_ids: Sequence[str], row: int) -> Sequence[str] | None:
+    if profiles is None:
+        return None
+    if isinstance(profiles, Mapping):
+        return profiles.get(user_ids[row])
+    return profiles[row]

@@ -1,0 +1,226 @@
+"""``fit``: train the stage-2 reward model with a Lightning Trainer (one process or DDP).
+
+Early stopping and best-epoch selection watch ``valid/ndcg@10`` (reduced over
+ranks). ``RUN/checkpoints/last.ckpt`` is written after every evaluation (and
+``step-<N>.ckpt`` every ``train.checkpoint_every_n_steps`` steps, mid-epoch too);
+each resumes exactly (``fit(..., resume=path)``); ``RUN/logs/metrics.csv`` holds the
+epoch logs (TensorBoard logs beside it when ``tensorboard`` is installed).
+Under DDP (``runtime.devices > 1``) Lightning re-runs the launching command once
+per extra rank; only rank 0 gets ``is_global_zero`` and should publish.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from reward_models.config import RewardConfig
+from reward_models.data import RewardData
+from reward_models.training.datamodule import RewardDataModule
+from reward_models.training.module import MONITOR, RewardModule
+
+ACCELERATORS = {"auto": "auto", "cpu": "cpu", "cuda": "gpu", "mps": "mps"}
+
+
+class _NoAdverts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage().lower()
+
+
+def _quiet_lightning() -> None:
+    """Drop Lightning's advert line and a deprecation warning raised inside Lightning itself."""
+    logger = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    if not any(isinstance(f, _NoAdverts) for f in logger.filters):
+        logger.addFilter(_NoAdverts())
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+
+
+@dataclass
+class FitResult:
+    """What training produced. ``tables``: the scored vectors to publish (best valid epoch
+    when ``train.restore_best``), as ``CausalEmbeddings.export`` names them."""
+
+    tables: dict[str, torch.Tensor]
+    is_global_zero: bool
+    best_score: float | None
+    best_epoch: int | None
+    epochs: int
+    steps: int
+    train_seconds: float
+    triples: int
+    run_dir: Path
+    logs: Path | None
+    checkpoint: Path | None
+    module: RewardModule = field(repr=False)
+
+    @property
+    def triples_per_s(self) -> float:
+        return self.triples / self.train_seconds if self.train_seconds > 0 else float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "best_epoch": self.best_epoch,
+            "best_valid_ndcg@10": self.best_score,
+            "epochs": self.epochs,
+            "steps": self.steps,
+            "train_seconds": round(self.train_seconds, 3),
+            "train_triples_per_s": round(self.triples_per_s, 1),
+        }
+
+
+class BestWeights(Callback):
+    """Keeps the exported tables of the best evaluation (in memory and in checkpoints)."""
+
+    def __init__(self, monitor: str = MONITOR) -> None:
+        self.monitor = monitor
+        self.best: float = -math.inf
+        self.epoch: int | None = None
+        self.tables: dict[str, torch.Tensor] | None = None
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        v = trainer.callback_metrics.get(self.monitor)
+        if v is None or trainer.sanity_checking:
+            return
+        v = float(v)
+        if math.isfinite(v) and v > self.best:
+            self.best, self.epoch = v, trainer.current_epoch
+            self.tables = pl_module.model.export()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "epoch": self.epoch, "tables": self.tables}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.epoch, self.tables = state["best"], state["epoch"], state["tables"]
+
+
+class Throughput(Callback):
+    """Training time without validation, and triples trained (all ranks together)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.triples = 0.0, 0
+        self._t0: float | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.triples += round(float(batch["norm"]) * trainer.world_size)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._stop()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._t0 is not None:
+            self.seconds += time.perf_counter() - self._t0
+            self._t0 = None
+
+
+def _loggers(run_dir: Path) -> list[Any]:
+    loggers: list[Any] = [CSVLogger(save_dir=str(run_dir), name="logs", version="")]
+    if importlib.util.find_spec("tensorboard") is not None:
+        from pytorch_lightning.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
+    return loggers
+
+
+def make_trainer(cfg: RewardConfig, run_dir: Path, callbacks: list[Callback]) -> pl.Trainer:
+    r, t = cfg.runtime, cfg.train
+    accelerator = ACCELERATORS[r.device]
+    strategy: Any = "auto"
+    if r.devices > 1:
+        from pytorch_lightning.strategies import DDPStrategy
+
+        cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+        strategy = DDPStrategy(process_group_backend="gloo" if cpu else None)
+    cbs = list(callbacks)
+    if t.early_stopping:
+        cbs.append(EarlyStopping(monitor=MONITOR, mode="max", patience=t.patience, check_finite=True))
+    if t.checkpoint and t.checkpoint_every_n_steps:
+        cbs.append(  # mid-epoch resume points: checkpoints/step-<N>.ckpt
+            ModelCheckpoint(
+                dirpath=str(run_dir / "checkpoints"),
+                filename="step-{step}",
+                every_n_train_steps=t.checkpoint_every_n_steps,
+                save_top_k=-1,
+                enable_version_counter=False,
+                auto_insert_metric_name=False,
+            )
+        )
+    if t.checkpoint:
+        cbs.append(
+            ModelCheckpoint(
+                dirpath=str(run_dir / "checkpoints"),
+                save_last=True,
+                save_top_k=0,
+                enable_version_counter=False,
+            )
+        )
+    return pl.Trainer(
+        accelerator=accelerator,
+        devices=r.devices,
+        strategy=strategy,
+        max_epochs=t.epochs,
+        max_steps=t.max_steps,
+        check_val_every_n_epoch=t.eval_every,
+        num_sanity_val_steps=0,
+        logger=_loggers(run_dir),
+        callbacks=cbs,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=False,
+        log_every_n_steps=1,  # nothing is logged per step to the loggers (epoch means only)
+        use_distributed_sampler=False,
+        default_root_dir=str(run_dir),
+    )
+
+
+def fit(
+    cfg: RewardConfig, data: RewardData, run_dir: str | Path, *, resume: str | Path | None = None
+) -> FitResult:
+    """Train on ``data`` (a split) with ``cfg``; logs and checkpoints under ``run_dir``.
+
+    ``resume``: a checkpoint (``RUN/checkpoints/last.ckpt``) to continue from exactly.
+    """
+    run_dir = Path(run_dir)
+    _quiet_lightning()
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    pl.seed_everything(cfg.runtime.seed, workers=False, verbose=False)
+    module = RewardModule(data, cfg)
+    dm = RewardDataModule(data, cfg)
+    best, speed = BestWeights(), Throughput()
+    trainer = make_trainer(cfg, run_dir, [best, speed])
+    trainer.fit(module, datamodule=dm, ckpt_path=str(resume) if resume else None)
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    use_best = cfg.train.restore_best and best.tables is not None
+    tables = best.tables if use_best else module.model.export()
+    logs = run_dir / "logs" / "metrics.csv"
+    return FitResult(
+        tables=tables,
+        is_global_zero=trainer.is_global_zero,
+        best_score=best.best if best.tables is not None else None,
+        best_epoch=best.epoch,
+        epochs=trainer.current_epoch,
+        steps=trainer.global_step,
+        train_seconds=speed.seconds,
+        triples=speed.triples,
+        run_dir=run_dir,
+        logs=logs if logs.is_file() else None,
+        checkpoint=ckpt if ckpt.is_file() else None,
+        module=module,
+    )

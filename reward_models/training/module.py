@@ -1,0 +1,185 @@
+"""LightningModule of the stage-2 reward model: DICE losses, full-sort validation, exact-resume state.
+
+Validation ranks every item for each valid user by the click score (train
+items masked) and reduces the per-rank sums of each metric across ranks, so
+``valid/ndcg@10`` (what early stopping and best-epoch selection watch) is the
+mean over all valid users whatever the number of ranks. Checkpoints also carry
+the python, numpy and torch RNG states (the sampler's generator travels in the
+datamodule's state), as plain lists and tensors: loadable with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from data_pipelines.metrics import csr_rows, per_user_ranking_metrics, topk_from_scores
+from reward_models.config import RewardConfig
+from reward_models.curriculum import Curriculum
+from reward_models.data import RewardData
+from reward_models.losses import StepWeights, dice_loss, discrepancy
+from reward_models.model import CausalEmbeddings, normalized_adjacency
+
+MONITOR = "valid/ndcg@10"
+VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
+
+
+def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
+    """The embedding model for ``data``, initialised from ``runtime.seed``."""
+    m = cfg.model
+    adj = None
+    if m.backbone == "lightgcn":
+        adj = normalized_adjacency(data.train_user, data.train_item, data.n_users, data.n_items)
+    return CausalEmbeddings(
+        data.n_users,
+        data.n_items,
+        m.dim,
+        backbone=m.backbone,
+        n_layers=m.n_layers,
+        disentangle=m.disentangle,
+        adj=adj,
+        init_std=m.init_std,
+        generator=torch.Generator().manual_seed(cfg.runtime.seed),
+    )
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch global RNG states as weights_only-loadable values."""
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": list(random.getstate()[1]),
+        "python_gauss": random.getstate()[2],
+        "numpy_key": torch.from_numpy(np.asarray(np_state["state"]["key"], dtype=np.int64)),
+        "numpy_pos": int(np_state["state"]["pos"]),
+        "numpy_gauss": [int(np_state["has_gauss"]), float(np_state["gauss"])],
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate((3, tuple(int(x) for x in s["python"]), s["python_gauss"]))
+    np.random.set_state(
+        {
+            "bit_generator": "MT19937",
+            "state": {"key": s["numpy_key"].numpy().astype(np.uint32), "pos": int(s["numpy_pos"])},
+            "has_gauss": int(s["numpy_gauss"][0]),
+            "gauss": float(s["numpy_gauss"][1]),
+        }
+    )
+    torch.set_rng_state(s["torch"])
+
+
+class RewardModule(pl.LightningModule):
+    """Trains ``CausalEmbeddings`` on ``TripleStream`` batches; see the module docstring."""
+
+    def __init__(self, data: RewardData, cfg: RewardConfig) -> None:
+        super().__init__()
+        self.cfg, self.data = cfg, data
+        self.model = build_model(data, cfg)
+        s, m = cfg.sampler, cfg.model
+        self.curriculum = Curriculum(s.margin, s.margin_decay, m.weights.int, m.weights.con, s.loss_decay)
+        self._val: dict[str, torch.Tensor] = {}
+        self._item_click: torch.Tensor | None = None
+        self._user_click: torch.Tensor | None = None
+        self._seen_items = torch.from_numpy(data.seen_items())
+        self._epoch_loss: dict[str, float] = {}
+        self._epoch_steps = 0
+
+    # -- training --------------------------------------------------------------------
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        t = self.model.tables()
+        scores = self.model(batch["user"], batch["pos"], batch["neg"], tables=t)
+        w_int, w_con = self.curriculum.weights_at(int(batch["epoch"]))
+        m = self.cfg.model
+        disc = None
+        if self.model.disentangled and m.discrepancy != "none" and m.weights.disc > 0:
+            su, si = batch.get("sub_user"), batch.get("sub_item")
+            if su is None:  # dCor off in the stream (never for dcor): use the batch's own rows
+                su, si = batch["user"], torch.cat([batch["pos"], batch["neg"]])
+            pairs = [
+                (t.user["interest"][su], t.user["conformity"][su]),
+                (t.item["interest"][si], t.item["conformity"][si]),
+            ]
+            disc = discrepancy(m.discrepancy, pairs)
+        loss, pieces = dice_loss(
+            scores,
+            batch["neg_more_popular"],
+            weights=StepWeights(w_int, w_con, m.weights.disc, self.cfg.train.reg),
+            fallback=batch["fallback"],
+            pos_weight=batch["pos_weight"],
+            click_weight=batch.get("click_weight"),
+            int_weight=batch["int_weight"],
+            con_weight=batch["con_weight"],
+            disc=disc,
+            norm=float(batch["norm"]),
+        )
+        for k, v in pieces.items():
+            self._epoch_loss[k] = self._epoch_loss.get(k, 0.0) + float(v)
+        self._epoch_steps += 1
+        self.log("loss", pieces["loss"], prog_bar=True, logger=False, on_step=True, on_epoch=False)
+        # Marked here, not in on_train_batch_end: callbacks (a step checkpoint) run before that hook.
+        dm = self._trainer.datamodule if self._trainer is not None else None
+        if dm is not None and getattr(dm, "stream", None) is not None:
+            dm.stream.mark_consumed(int(batch["epoch"]), int(batch["index"]))
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: dict[str, Any], batch_idx: int) -> None:
+        if not torch.isfinite(outputs["loss"]):
+            raise FloatingPointError(f"loss is {float(outputs['loss'])} at step {self.global_step}")
+
+    def on_train_epoch_end(self) -> None:
+        if self._epoch_steps:
+            for k, v in self._epoch_loss.items():
+                self.log(f"train/{k}", v / self._epoch_steps, on_epoch=True, sync_dist=True)
+            epoch = self.current_epoch
+            self.log("train/margin", float(self.curriculum.margin_at(epoch)), sync_dist=True)
+        self._epoch_loss, self._epoch_steps = {}, 0
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        t = self.cfg.train
+        return torch.optim.Adam(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+    # -- validation --------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        with torch.no_grad():
+            t = self.model.tables()
+            self._user_click, items = t.user_all, t.item_all  # [n, nb * d]: the click score
+            # Never-trained items score as the readout scores them: the mean warm item.
+            seen = self._seen_items.to(items.device)
+            if bool(seen.any()) and not bool(seen.all()):
+                items = torch.where(seen[:, None], items, items[seen].mean(0, keepdim=True))
+            self._item_click = items
+        self._val = {k: torch.zeros((), dtype=torch.float64) for k in (*VALID_METRICS, "n")}
+
+    def validation_step(self, users: torch.Tensor, batch_idx: int) -> None:
+        if users.numel() == 0:
+            return
+        u = users.cpu().numpy()
+        scores = (self._user_click[users] @ self._item_click.T).float().cpu().numpy()
+        topk = topk_from_scores(scores, 10, csr_rows(self.data.train, u))
+        per_user = per_user_ranking_metrics(topk, csr_rows(self.data.valid, u), ks=(10,))
+        for k in VALID_METRICS:
+            self._val[k] += float(np.nansum(per_user[k]))
+        self._val["n"] += float(u.size)
+
+    def on_validation_epoch_end(self) -> None:
+        sums = torch.stack([self._val[k] for k in (*VALID_METRICS, "n")]).to(self.device)
+        sums = self.trainer.strategy.reduce(sums, reduce_op="sum") if self.trainer.world_size > 1 else sums
+        n = max(float(sums[-1]), 1.0)
+        for k, v in zip(VALID_METRICS, sums[:-1], strict=True):
+            # identical on every rank after the reduction; sync_dist only silences Lightning's warning
+            self.log(f"valid/{k}", float(v) / n, prog_bar=k == "ndcg@10", sync_dist=True)
+        self._user_click = self._item_click = None
+
+    # -- exact resume ---------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["parpo_rng"] = rng_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "parpo_rng" in checkpoint:
+            set_rng_state(checkpoint["parpo_rng"])
