@@ -280,7 +280,10 @@ def test_parpo_invariant_to_rescaling_one_users_rewards(sizes, rnd, scale, n_his
         cfg = AdvantageConfig(eps=1e-12, n_min=1)
         return ADVANTAGES["parpo"](scaled, group, user, store.snapshot(), cfg)[0]
 
-    close(run(scale), run(1.0), 1e-7)
+    # Invariance holds up to eps: the "+ eps" in the scale is not rescaled. With c = 1e-3 and an
+    # anchor near 0, kappa * (|mu| + sigma) can be ~5e-6, where eps = 1e-12 moves |A| ~ 10 by ~2e-6
+    # (found by hypothesis); 1e-5 covers that and still catches any real scale dependence.
+    close(run(scale), run(1.0), 1e-5)
 
 
 def test_parpo_scale_invariance_holds_with_whitening_too() -> None:
