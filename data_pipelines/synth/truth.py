@@ -32,6 +32,7 @@ from data_pipelines.errors import DataError
 from data_pipelines.synth.config import GENERATOR_VERSION
 from data_pipelines.synth.generate import SynthData
 from data_pipelines.synth.world import interest as row_interest
+from data_pipelines.transaction import fsync_dir
 
 #: Above this many user x item pairs, interest.parquet holds only the pairs in the logs.
 ALL_PAIRS_LIMIT = 5_000_000
@@ -141,8 +142,8 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(meta))
         for f in tmp.iterdir():
-            _fsync(f)
-        _fsync(tmp)
+            fsync_dir(f)
+        fsync_dir(tmp)
         if dest.exists():
             old = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
             os.replace(dest, old)
@@ -150,19 +151,11 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
             shutil.rmtree(old)
         else:
             os.replace(tmp, dest)
-        _fsync(dest.parent)
+        fsync_dir(dest.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _interest_pairs(data: SynthData) -> pl.DataFrame:
