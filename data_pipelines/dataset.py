@@ -4,7 +4,7 @@ Layout of ``DIR``::
 
     manifest.json        what is published: ingests, partitions, tables, fingerprint
     summary.json         accounting and counts (cumulative over ingests)
-    interactions/        parquet partitions (canonical schema, sorted by user then seq)
+    interactions/        parquet partitions (canonical schema; a user's rows together, in seq order)
     items.parquet users.parquet contexts.parquet [observation_propensities.parquet]
     idmaps/{users,items}.parquet   dense, append-only indices
     rejects/<ingest>.parquet       every rejected line: raw text, line number, reason

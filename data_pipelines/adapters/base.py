@@ -90,3 +90,26 @@ def finish(df: pl.DataFrame, *reasons: pl.Expr) -> pl.DataFrame:
         + [pl.col(LINE), pl.col(ORD).cast(pl.Int32), pl.col(REASON)]
         + extra
     )
+
+
+def rating_rows(fields: pl.DataFrame, **extra: tuple[pl.Expr, pl.Expr | None]) -> pl.DataFrame:
+    """``rate`` rows from ``user``, ``item``, ``rating`` string fields.
+
+    ``extra`` adds canonical columns as ``name=(value, reason or None)``, e.g. a parsed
+    ``ts`` with its parse-failure reason, or a constant ``logging_policy``.
+    """
+    from data_pipelines.validate import number
+
+    cols = {"value": number("rating"), **extra}
+    reasons = {f"__why_{k}": r for k, (_, r) in cols.items() if r is not None}
+    return finish(
+        fields.select(
+            LINE,
+            nonempty(pl.col("user")).alias("user_id"),
+            nonempty(pl.col("item")).alias("item_id"),
+            pl.lit("rate").alias("event"),
+            *(v.alias(k) for k, (v, _) in cols.items()),
+            *(r.alias(k) for k, r in reasons.items()),
+        ),
+        *(pl.col(k) for k in reasons),
+    )

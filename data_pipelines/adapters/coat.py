@@ -16,31 +16,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from data_pipelines.adapters.base import FileSpec, Source, finish, nonempty
+from data_pipelines.adapters.base import FileSpec, Source, rating_rows
 from data_pipelines.errors import DataError
-from data_pipelines.lines import LINE, Dialect
-from data_pipelines.validate import number
+from data_pipelines.lines import Dialect
 
 DIALECT = Dialect(("user", "item", "rating"), quote=None)
 
 
 def _rows(policy: str):
-    def rows(fields: pl.DataFrame) -> pl.DataFrame:
-        value, why = number("rating")
-        return finish(
-            fields.select(
-                LINE,
-                nonempty(pl.col("user")).alias("user_id"),
-                nonempty(pl.col("item")).alias("item_id"),
-                pl.lit("rate").alias("event"),
-                value.alias("value"),
-                pl.lit(policy).alias("logging_policy"),
-                why.alias("__why"),
-            ),
-            pl.col("__why"),
-        )
-
-    return rows
+    return lambda fields: rating_rows(fields, logging_policy=(pl.lit(policy), None))
 
 
 def _matrix(path: Path, shape: tuple[int, int] | None = None) -> np.ndarray:

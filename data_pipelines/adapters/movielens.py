@@ -12,32 +12,17 @@ from pathlib import Path
 
 import polars as pl
 
-from data_pipelines.adapters.base import FileSpec, Source, finish, nonempty
+from data_pipelines.adapters.base import FileSpec, Source, rating_rows
 from data_pipelines.errors import DataError
-from data_pipelines.lines import LINE, Dialect, read_chunks
+from data_pipelines.lines import Dialect, read_chunks
 from data_pipelines.schema import features_expr
-from data_pipelines.validate import number, parse_ts, resolve_ts_format
+from data_pipelines.validate import parse_ts, resolve_ts_format
 
 DIALECT = Dialect(("user", "item", "rating", "ts"), separator="\t", quote=None)
 
 
 def rows(fields: pl.DataFrame) -> pl.DataFrame:
-    ts, ts_reason = parse_ts("ts", resolve_ts_format(fields["ts"], "unix"))
-    value, value_reason = number("rating")
-    return finish(
-        fields.select(
-            LINE,
-            nonempty(pl.col("user")).alias("user_id"),
-            nonempty(pl.col("item")).alias("item_id"),
-            pl.lit("rate").alias("event"),
-            value.alias("value"),
-            ts.alias("ts"),
-            ts_reason.alias("__a"),
-            value_reason.alias("__b"),
-        ),
-        pl.col("__a"),
-        pl.col("__b"),
-    )
+    return rating_rows(fields, ts=parse_ts("ts", resolve_ts_format(fields["ts"], "unix")))
 
 
 def _side(path: Path, dialect: Dialect, what: str) -> pl.DataFrame:
