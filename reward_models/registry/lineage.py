@@ -74,6 +74,9 @@ class Lineage(BaseModel):
 
     schema_version: int = 1
     parent: str | None = Field(None, description="The version this one was trained from, same kind.")
+    reward: str | None = Field(
+        None, description="A policy's reward version: its user vectors and the preference it was trained on."
+    )
     data_fingerprint: str
     split: SplitRef
     seed: int = Field(0, description="Training seed (model init, sampling).")
@@ -82,5 +85,5 @@ class Lineage(BaseModel):
     created: str = Field(default_factory=utc_now, description="When training produced it (UTC).")
     extra: dict[str, Any] = Field(
         default_factory=dict,
-        description="Anything else worth keeping, e.g. the reward version a policy used.",
+        description="Anything else worth keeping, e.g. a policy's algorithm and group size.",
     )

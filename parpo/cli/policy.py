@@ -1,0 +1,165 @@
+"""``parpo policy``: train agent policies with PARPO (or GDPO, GRPO, Dr. GRPO, RLOO), evaluate them
+on held-out tasks next to the reference agents, and run batch inference.
+
+Heavy imports (torch, Lightning, polars) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from parpo.cli.reward import _is_rank_zero
+
+app = typer.Typer(
+    help="Train, evaluate and run agent policies (tool calls + a personal slate) against a reward model.",
+    no_args_is_help=True,
+)
+
+ALGOS = ("parpo", "gdpo", "grpo", "dr_grpo", "rloo")
+
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Dotted overrides, e.g. train.updates=30 policy.dim=64 runtime.devices=2.", show_default=False
+    ),
+]
+
+
+def load_config(config: str, algo: str | None, group_size: int | None, overrides: list[str] | None):
+    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides)."""
+    from data_pipelines.errors import UserError
+    from parpo.presets import load
+    from parpo.trainer.config import PolicyTrainConfig
+
+    extra = []
+    if algo is not None:
+        if algo not in ALGOS:
+            raise UserError(f"--algo {algo!r}: choose one of {', '.join(ALGOS)}")
+        extra.append(f"advantage.estimator={algo}")
+        if algo == "dr_grpo":  # Dr. GRPO also drops the per-length normalisation of the loss
+            extra.append("loss.aggregation=dr_grpo")
+    if group_size is not None:
+        extra.append(f"train.group_size={group_size}")
+    cfg = load(PolicyTrainConfig, "policy", config, [*(overrides or []), *extra])
+    if cfg.loss.aggregation == "dr_grpo" and cfg.loss.norm_len is None:
+        from parpo.policy.tokens import HEAD
+
+        # The generation budget of one step: every decision slot plus a full slate of pointers.
+        cfg = cfg.model_copy(
+            update={"loss": cfg.loss.model_copy(update={"norm_len": HEAD + cfg.policy.max_k})}
+        )
+    return cfg
+
+
+def _line(section: dict[str, Any]) -> str:
+    keys = ("hit@10", "ndcg@10", "task_quality", "preference", "true_preference")
+    return "  ".join(f"{k} {section[k]:.3f}" for k in keys if k in section)
+
+
+@app.command()
+def train(
+    data: Annotated[Path, typer.Option("--data", "-d", help="Dataset folder (see `parpo data ingest`).")],
+    registry: Annotated[
+        Path,
+        typer.Option("--registry", "-r", help="Registry with a reward model; the policy is published here."),
+    ],
+    reward_version: Annotated[
+        str | None,
+        typer.Option("--reward-version", help="Reward version to train against (default: production)."),
+    ] = None,
+    algo: Annotated[
+        str | None,
+        typer.Option(
+            "--algo", "-a", help=f"Advantage estimator: {', '.join(ALGOS)} (default: the config's, parpo)."
+        ),
+    ] = None,
+    group_size: Annotated[
+        int | None, typer.Option("--group-size", "-g", min=1, help="Rollouts per task, G.")
+    ] = None,
+    config: Annotated[
+        str, typer.Option("--config", "-c", help="Preset (default) or a YAML file.")
+    ] = "default",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Run folder for logs and checkpoints (default runs/policy-...)."),
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue exactly from RUN/last.ckpt.")
+    ] = None,
+    overrides: Overrides = None,
+) -> None:
+    """Train a policy on the reward version's split and publish it as a new `policy` version."""
+    from parpo.cli.console import console
+    from parpo.presets import write_resolved
+    from parpo.trainer.pipeline import train_and_publish
+
+    cfg = load_config(config, algo, group_size, overrides)
+    outcome = train_and_publish(
+        cfg, data, registry, reward_version=reward_version, run_dir=out, resume=resume, preset=config
+    )
+    if outcome is None or not _is_rank_zero():
+        return
+    write_resolved(cfg, outcome.run_dir / "config.yaml")
+    s = outcome.summary
+    console.print(
+        f"last updates: preference {s.get('reward/preference/mean', 0):.3f}  task_quality "
+        f"{s.get('report/task_quality', 0):.3f}  hit@10 {s.get('report/hit@10', 0):.3f}; run folder {outcome.run_dir}"
+    )
+    typer.echo(f"published {outcome.version.label}")
+
+
+@app.command("eval")
+def eval_(
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="The dataset the policy was trained on.")],
+    version: Annotated[
+        str | None, typer.Option("--version", "-v", help="Policy version (default: production).")
+    ] = None,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample", help="Sample actions (temperature of the policy) instead of acting greedily."
+        ),
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling (with --sample).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+) -> None:
+    """Evaluate a policy on warm and cold held-out tasks next to the reference agents; record evals/."""
+    from parpo.cli.console import console
+    from parpo.evaluation.policy_eval import evaluate_policy
+
+    path, result = evaluate_policy(registry, data, version, greedy=not sample, seed=seed)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    for part in ("warm", "cold"):
+        r = result[part]
+        console.print(f"[bold]{part}[/bold] ({r['n_tasks']} tasks)")
+        if r["n_tasks"]:
+            console.print(f"  policy         {_line(r.get('policy', {}))}")
+            for name, m in r["baselines"].items():
+                console.print(f"  {name:<14} {_line(m)}")
+    console.print(f"plan diversity (bits): {result['plan_diversity']}")
+    console.print(f"recorded {path}")
+
+
+@app.command()
+def predict(
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    requests: Annotated[Path, typer.Option("--requests", help="Parquet of requests (see docs/policy.md).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Parquet of slates to write.")],
+    version: Annotated[
+        str | None, typer.Option("--version", "-v", help="Policy version (default: production).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Requests per batch.")] = 1024,
+) -> None:
+    """Batch inference for nightly jobs: one slate (and its plan) per request, acting greedily."""
+    from parpo.cli.console import console
+    from parpo.policy.predict import predict_file
+
+    n = predict_file(registry, requests, out, version, batch_size=batch_size)
+    console.print(f"wrote {n:,} slates to {out}")

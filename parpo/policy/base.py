@@ -1,0 +1,58 @@
+"""The ``Policy`` interface every backend implements (native transformer now, an LLM later).
+
+A policy acts on a batch of environment observations and returns typed actions together with
+the tokens that encode them, their per-token log-probabilities and a mask of the tokens the
+policy actually chose (structural or non-policy tokens are 0). The optimiser only ever sees
+``tokens``, ``logprobs`` and ``mask``; for an LLM backend tokens are text tokens and tool
+outputs are masked, for the native backend they are the slots of ``parpo.policy.tokens``.
+
+Temperature belongs to the policy's sampling distribution: ``logprobs`` scores tokens under
+the same temperature ``act`` sampled them with, so PPO ratios start at exactly 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from parpo.env.observation import Observation
+from parpo.env.schema import Filter, Recommend, Search
+
+
+@dataclass
+class ActOutput:
+    """One step of a batch of episodes.
+
+    ``actions``: [B] typed actions; ``inputs``: the backend's encoded observations (whatever its
+    ``logprobs`` needs to rescore the step later, as tensors with batch dim B); ``tokens`` [B, T]
+    int64; ``logprobs`` [B, T] float32 (0 where ``mask`` is 0); ``mask`` [B, T] bool.
+    """
+
+    actions: list[Search | Filter | Recommend]
+    inputs: dict[str, Tensor]
+    tokens: Tensor
+    logprobs: Tensor
+    mask: Tensor
+
+
+class Policy(Protocol):
+    """What the trainer, the evaluator and the server need of a policy backend."""
+
+    temperature: float
+
+    def act(
+        self, observations: Sequence[Observation], *, greedy: bool = False, generator: Any = None
+    ) -> ActOutput:
+        """Sample (or, with ``greedy``, take the most likely) actions for a batch of observations."""
+        ...
+
+    def logprobs(self, inputs: dict[str, Tensor], tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-token log-probabilities [B, T] and entropies [B, T] of ``tokens`` under the current
+        parameters (differentiable), for inputs recorded by ``act``."""
+        ...
+
+    def save(self, directory: str | Path) -> None: ...

@@ -1,0 +1,24 @@
+"""The ``policy`` model config: the native backend's architecture and sampling temperature."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from data_pipelines.config import StrictModel
+from parpo.env.schema import MAX_ITEMS
+
+
+class NativePolicyConfig(StrictModel):
+    """A small transformer over [state, past calls, candidates] with tool, argument and pointer heads."""
+
+    dim: int = Field(32, ge=8, description="model width")
+    heads: int = Field(4, ge=1, description="attention heads (dim must be divisible by heads)")
+    layers: int = Field(2, ge=1, description="transformer encoder layers")
+    ffn: int = Field(4, ge=1, description="feed-forward width as a multiple of dim")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    item_embeddings: bool = Field(
+        True, description="learn an embedding per catalogue item (the policy's own, not the reward model's)"
+    )
+    max_k: int = Field(10, ge=1, le=MAX_ITEMS, description="largest slate the pointer head fills")
+    max_candidates: int = Field(50, ge=1, le=MAX_ITEMS, description="candidate slots (>= the env's search_k)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts")

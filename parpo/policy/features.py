@@ -1,0 +1,111 @@
+"""Observations -> fixed-shape tensors for the native backend (fixed shapes let rollouts of any
+step or batch be concatenated for PPO without re-padding).
+
+Keys of the encoded batch (B observations; N = ``max_candidates``, H = ``history``):
+``user`` [B, U] float32 the reward model's user vectors (all branches, concatenated; cold users
+through their profile), ``request`` [B, 5] float32 (has category, has price cap, scaled cap,
+has attributes, cold), ``step`` [B] int64, ``history`` [B, H] int64 call codes,
+``cand_rows`` [B, N] int64 catalogue rows (0 where padded), ``cand_feats`` [B, N, F] float32
+catalogue features, ``cand_mask`` [B, N] bool, ``tool_mask`` [B, 3] bool, ``scope_free`` and
+``constrain_free`` [B] bool, ``n_pick`` [B] int64 pointers a recommend fills.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from parpo.env.catalogue import FEATURES, Catalogue
+from parpo.env.observation import Observation
+from parpo.policy.tokens import choice_masks, history_codes
+
+N_REQUEST = 5
+HISTORY = 8
+
+
+class Featurizer:
+    """Encodes observations; warm users' vectors are cached (they never change for a reward version)."""
+
+    def __init__(self, reward_model: Any, catalogue: Catalogue, max_candidates: int, max_k: int) -> None:
+        self.reward_model, self.catalogue = reward_model, catalogue
+        self.max_candidates, self.max_k = max_candidates, max_k
+        self._users: dict[str, np.ndarray] = {}
+        price = np.nan_to_num(catalogue.price, nan=0.0)
+        self._log_max_price = float(np.log1p(price.max(initial=0.0))) or 1.0
+        self.user_dim = int(self._user_vectors(["\x00probe"], [None]).shape[1])
+
+    def _user_vectors(self, users: Sequence[str], profiles: Sequence[Sequence[str] | None]) -> np.ndarray:
+        prof = {u: list(p) for u, p in zip(users, profiles, strict=True) if p is not None}
+        vecs, _ = self.reward_model.user_vectors(list(users), prof or None)
+        return torch.cat([vecs[b] for b in sorted(vecs)], dim=1).numpy().astype(np.float32)
+
+    def users(self, observations: Sequence[Observation]) -> np.ndarray:
+        """[B, U] user vectors; warm users from the cache, cold users (with a profile) each time."""
+        todo = [
+            o.task for o in observations if o.task.profile is not None or o.task.user_id not in self._users
+        ]
+        if todo:
+            vecs = self._user_vectors([t.user_id for t in todo], [t.profile for t in todo])
+            fresh = {t.user_id: v for t, v in zip(todo, vecs, strict=True) if t.profile is None}
+            self._users.update(fresh)
+            cold = {
+                (t.user_id, t.profile): v for t, v in zip(todo, vecs, strict=True) if t.profile is not None
+            }
+        else:
+            cold = {}
+        return np.stack(
+            [
+                cold[(o.task.user_id, o.task.profile)]
+                if o.task.profile is not None
+                else self._users[o.task.user_id]
+                for o in observations
+            ]
+        )
+
+    def encode(self, observations: Sequence[Observation]) -> dict[str, Tensor]:
+        b, n, f = len(observations), self.max_candidates, len(FEATURES)
+        request = np.zeros((b, N_REQUEST), dtype=np.float32)
+        step = np.zeros(b, dtype=np.int64)
+        history = np.zeros((b, HISTORY), dtype=np.int64)
+        rows = np.zeros((b, n), dtype=np.int64)
+        feats = np.zeros((b, n, f), dtype=np.float32)
+        cmask = np.zeros((b, n), dtype=bool)
+        tools = np.zeros((b, 3), dtype=bool)
+        scope, constrain = np.zeros(b, dtype=bool), np.zeros(b, dtype=bool)
+        n_pick = np.zeros(b, dtype=np.int64)
+        for i, o in enumerate(observations):
+            req = o.task.request
+            cap = req.constraints.price_max
+            request[i] = (
+                req.category is not None,
+                cap is not None,
+                np.log1p(cap) / self._log_max_price if cap is not None else 0.0,
+                bool(req.constraints.attributes),
+                o.task.cold,
+            )
+            step[i] = o.step
+            history[i] = history_codes(o.history, HISTORY)
+            m = min(len(o.candidates), n)
+            rows[i, :m] = o.candidates[:m]
+            feats[i, :m] = o.features[:m]
+            cmask[i, :m] = True
+            tools[i], scope[i], constrain[i], n_pick[i] = choice_masks(o, self.max_k)
+            n_pick[i] = min(n_pick[i], m)
+            tools[i, 2] &= m > 0
+        return {
+            "user": torch.from_numpy(self.users(observations)),
+            "request": torch.from_numpy(request),
+            "step": torch.from_numpy(step),
+            "history": torch.from_numpy(history),
+            "cand_rows": torch.from_numpy(rows),
+            "cand_feats": torch.from_numpy(feats),
+            "cand_mask": torch.from_numpy(cmask),
+            "tool_mask": torch.from_numpy(tools),
+            "scope_free": torch.from_numpy(scope),
+            "constrain_free": torch.from_numpy(constrain),
+            "n_pick": torch.from_numpy(n_pick),
+        }

@@ -1,0 +1,48 @@
+"""The ``policy`` config group (``configs/policy/*.yaml``): environment, policy model, algorithm
+and the training loop. ``parpo policy train --algo gdpo --group-size 2`` and dotted overrides
+(``train.updates=50``) change one key; every key is validated here."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from data_pipelines.config import RuntimeConfig, StrictModel
+from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
+from parpo.env.config import EnvConfig
+from parpo.policy.config import NativePolicyConfig
+
+
+class TrainLoopConfig(StrictModel):
+    """Tasks -> G rollouts per task -> advantages -> ``ppo_epochs`` over minibatches -> anchors."""
+
+    updates: int = Field(60, ge=1, description="policy updates (each on fresh rollouts)")
+    tasks_per_update: int = Field(
+        128, ge=1, description="training tasks per update (global, split over ranks)"
+    )
+    group_size: int = Field(8, ge=1, description="G: rollouts per task (one advantage group)")
+    ppo_epochs: int = Field(2, ge=1, description="passes over each update's rollouts")
+    minibatches: int = Field(4, ge=1, description="optimiser steps per PPO epoch (equal on every rank)")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
+    checkpoint_every: int = Field(0, ge=0, description="also keep update-<N>.ckpt every N updates (0: off)")
+    progress_bar: bool = True
+
+
+class PolicyTrainConfig(StrictModel):
+    runtime: RuntimeConfig = RuntimeConfig()
+    env: EnvConfig = EnvConfig()
+    policy: NativePolicyConfig = NativePolicyConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig = OptimConfig(lr=1e-3, weight_decay=0.0)
+    train: TrainLoopConfig = TrainLoopConfig()
+
+    @model_validator(mode="after")
+    def _fits(self) -> PolicyTrainConfig:
+        if self.policy.max_candidates < self.env.search_k:
+            raise ValueError(
+                f"policy.max_candidates ({self.policy.max_candidates}) must be at least env.search_k "
+                f"({self.env.search_k}): the pointer head has to see every candidate"
+            )
+        if self.policy.max_k < self.env.k:
+            raise ValueError(f"policy.max_k ({self.policy.max_k}) must be at least env.k ({self.env.k})")
+        return self

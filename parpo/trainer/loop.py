@@ -1,0 +1,293 @@
+"""The PARPO training loop on ``lightning_fabric``: tasks -> G rollouts per task -> reward
+components -> advantage (``ADVANTAGES[cfg.advantage.estimator]``) -> PPO epochs -> anchors.
+
+One process or DDP (``runtime.devices``): every rank draws the same global task sample (one
+seeded generator), runs its shard's rollouts, computes advantages on its own groups (a task's
+G rollouts never straddle ranks), and steps a DDP-synchronised optimiser over the same number
+of minibatches; the anchors are updated from all-gathered per-user statistics, so they stay
+identical on every rank. Checkpoints carry the policy, the optimiser, the anchors, the update
+counter and every RNG state, so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from parpo.algorithms import AnchorStore, build_optimizers, compute_advantages, compute_loss
+from parpo.env.environment import PreferenceTransform
+from parpo.env.source import EnvSource
+from parpo.policy.native import NativePolicy
+from parpo.trainer.config import PolicyTrainConfig
+from parpo.trainer.metrics import reward_metrics, rollout_report
+from parpo.trainer.rollout import Rollouts, collect
+
+LAST = "last.ckpt"
+
+
+@dataclass
+class TrainResult:
+    policy: NativePolicy
+    anchors: AnchorStore
+    logs: Path
+    history: list[dict[str, float]] = field(default_factory=list)
+    is_global_zero: bool = True
+
+
+def _fabric(cfg: PolicyTrainConfig, run: Path) -> Any:
+    from lightning_fabric import Fabric
+    from lightning_fabric.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(root_dir=run, name="", version="logs", flush_logs_every_n_steps=1)]
+    try:
+        import tensorboard  # noqa: F401  (optional)
+        from lightning_fabric.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(root_dir=run, name="", version="tensorboard"))
+    except ImportError:
+        pass
+    rt = cfg.runtime
+    accelerator = "auto" if rt.device == "auto" else rt.device
+    strategy = "ddp" if rt.devices > 1 else "auto"
+    return Fabric(accelerator=accelerator, devices=rt.devices, strategy=strategy, loggers=loggers)
+
+
+class PolicyTrainer:
+    """``PolicyTrainer(cfg, source, run_dir).fit()``; ``source`` opens data, split and reward model."""
+
+    def __init__(
+        self,
+        cfg: PolicyTrainConfig,
+        source: EnvSource,
+        run_dir: str | Path,
+        *,
+        preference_transform: PreferenceTransform | None = None,
+    ) -> None:
+        self.cfg, self.source, self.run = cfg, source, Path(run_dir)
+        self.preference_transform = preference_transform
+
+    def fit(self, resume: str | Path | None = None) -> TrainResult:
+        cfg, src = self.cfg, self.source
+        if cfg.runtime.threads:
+            torch.set_num_threads(cfg.runtime.threads)
+        fabric = _fabric(cfg, self.run)
+        fabric.launch()
+        rank, world = fabric.global_rank, fabric.world_size
+        seed = cfg.runtime.seed
+        torch.manual_seed(seed)  # identical initial weights on every rank
+        policy = NativePolicy.create(cfg.policy, src.reward_model, src.catalogue, cfg.env.search_k)
+        module = fabric.setup_module(policy.net)
+        optimizers = fabric.setup_optimizers(*build_optimizers(policy.net, cfg.optim))
+        optimizers = list(optimizers) if isinstance(optimizers, tuple) else [optimizers]
+        reference = copy.deepcopy(policy.net).requires_grad_(False) if cfg.loss.kl_beta > 0 else None
+        anchors = AnchorStore.from_config(cfg.advantage)
+        env = src.env(self.preference_transform)
+        tasks = src.tasks("train")
+        if not tasks:
+            raise ValueError(
+                "the split's train part yields no training tasks (no item with a category or attributes)"
+            )
+        user_index = src.reward_model.user_index
+        state = {
+            "task_rng": np.random.default_rng(seed),
+            "sample_gen": torch.Generator(device=fabric.device).manual_seed(seed * 1009 + rank),
+            "perm_gen": torch.Generator().manual_seed(seed * 1013 + rank),
+            "update": 0,
+        }
+        if resume is not None:
+            self._load(fabric, Path(resume), module, optimizers, anchors, state)
+        t = cfg.train
+        history: list[dict[str, float]] = []
+        bar = _bar(t.updates, state["update"], enabled=t.progress_bar and rank == 0)
+        while state["update"] < t.updates:
+            t0 = time.perf_counter()
+            picks = state["task_rng"].choice(
+                len(tasks), size=t.tasks_per_update, replace=len(tasks) < t.tasks_per_update
+            )
+            mine = [tasks[i] for i in picks[rank::world]]
+            policy.net.eval()
+            roll = collect(policy, env, mine, t.group_size, user_index, generator=state["sample_gen"])
+            t1 = time.perf_counter()
+            adv, adv_metrics = compute_advantages(
+                roll.rewards, roll.group, roll.user, anchors.snapshot(), cfg.advantage
+            )
+            policy.net.train()
+            loss_metrics = self._update(
+                fabric, policy, module, optimizers, reference, roll, adv, state["perm_gen"]
+            )
+            anchor_metrics = anchors.update(
+                roll.user, roll.rewards[cfg.advantage.preference_key], all_gather=world > 1
+            )
+            t2 = time.perf_counter()
+            metrics = {
+                **reward_metrics(roll.rewards),
+                **rollout_report(roll.infos),
+                **adv_metrics,
+                **loss_metrics,
+                **anchor_metrics,
+                **_anchor_distribution(anchors),
+                "time/rollout_s": t1 - t0,
+                "time/update_s": t2 - t1,
+                "throughput/env_steps_per_s": roll.n_samples / max(t1 - t0, 1e-9),
+            }
+            metrics = {k: float(v) for k, v in metrics.items()}
+            if world > 1:
+                metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
+            state["update"] += 1
+            metrics["update"] = state["update"]
+            fabric.log_dict(metrics, step=state["update"])
+            history.append(metrics)
+            self._save(fabric, self.run / LAST, module, optimizers, anchors, state)
+            if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
+                self._save(
+                    fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, state
+                )
+            bar(metrics)
+        bar(None)
+        for logger in fabric.loggers:
+            logger.finalize("success")
+        return TrainResult(policy, anchors, self.run / "logs" / "metrics.csv", history, fabric.is_global_zero)
+
+    def _update(
+        self,
+        fabric: Any,
+        policy: NativePolicy,
+        module: Any,
+        optimizers: list[Any],
+        reference: Any,
+        roll: Rollouts,
+        adv: torch.Tensor,
+        perm_gen: torch.Generator,
+    ) -> dict[str, float]:
+        """``ppo_epochs`` passes over the rollouts in ``minibatches`` equal-count chunks per rank
+        (every rank steps the same number of times, as DDP needs)."""
+        cfg = self.cfg
+        sample_adv = adv.to(roll.tokens.device)[roll.episode]
+        ref_logp = None
+        if reference is not None:
+            with torch.no_grad():
+                ref_logp = reference(roll.inputs, roll.tokens, policy.temperature)[0]
+        sums: dict[str, float] = {}
+        n = 0
+        for _ in range(cfg.train.ppo_epochs):
+            perm = torch.randperm(roll.n_samples, generator=perm_gen).to(roll.tokens.device)
+            for mb in torch.tensor_split(perm, cfg.train.minibatches):
+                x = {k: v[mb] for k, v in roll.inputs.items()}
+                logp, ent, _ = module(x, roll.tokens[mb], policy.temperature)
+                mask = roll.mask[mb]
+                loss, lm = compute_loss(
+                    logp,
+                    roll.old_logp[mb],
+                    sample_adv[mb],
+                    mask,
+                    cfg.loss,
+                    ref_logp=None if ref_logp is None else ref_logp[mb],
+                    n_tokens=mask.sum().clamp(min=1),
+                    n_seqs=max(int(mb.numel()), 1),
+                )
+                fabric.backward(loss)
+                if cfg.train.max_grad_norm is not None:
+                    for opt in optimizers:
+                        lm["grad_norm"] = float(
+                            fabric.clip_gradients(module, opt, max_norm=cfg.train.max_grad_norm)
+                        )
+                for opt in optimizers:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                lm["loss"] = float(loss.detach())
+                lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
+                for k, v in lm.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                n += 1
+        return {f"actor/{k}": v / max(n, 1) for k, v in sums.items()}
+
+    # -- checkpoints ----------------------------------------------------------------------
+    @staticmethod
+    def _save(
+        fabric: Any,
+        path: Path,
+        module: Any,
+        optimizers: list[Any],
+        anchors: AnchorStore,
+        state: dict[str, Any],
+    ) -> None:
+        fabric.save(
+            path,
+            {
+                "model": module,
+                **{f"optimizer{i}": o for i, o in enumerate(optimizers)},
+                "anchors": anchors.state_dict(),
+                "update": state["update"],
+                "rng": {
+                    "task_rng": state["task_rng"].bit_generator.state,
+                    "sample_gen": state["sample_gen"].get_state(),
+                    "perm_gen": state["perm_gen"].get_state(),
+                    "torch": torch.get_rng_state(),
+                    "numpy": np.random.get_state(),
+                    "python": random.getstate(),
+                },
+            },
+        )
+
+    @staticmethod
+    def _load(
+        fabric: Any,
+        path: Path,
+        module: Any,
+        optimizers: list[Any],
+        anchors: AnchorStore,
+        state: dict[str, Any],
+    ) -> None:
+        ckpt: dict[str, Any] = {"model": module, **{f"optimizer{i}": o for i, o in enumerate(optimizers)}}
+        rest = fabric.load(path, ckpt, strict=False)
+        anchors.load_state_dict(rest["anchors"])
+        state["update"] = int(rest["update"])
+        rng = rest["rng"]
+        state["task_rng"].bit_generator.state = rng["task_rng"]
+        state["sample_gen"].set_state(rng["sample_gen"])
+        state["perm_gen"].set_state(rng["perm_gen"])
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+
+
+def _anchor_distribution(anchors: AnchorStore) -> dict[str, float]:
+    snap = anchors.snapshot()
+    seen = snap.count > 0
+    if not bool(seen.any()):
+        return {}
+    mean, std = snap.mean[seen], snap.var[seen].clamp(min=0).sqrt()
+    return {
+        "anchors/mean_mu": float(mean.mean()),
+        "anchors/std_mu": float(mean.std(unbiased=False)),
+        "anchors/mean_sigma": float(std.mean()),
+    }
+
+
+def _bar(total: int, start: int, *, enabled: bool) -> Any:
+    """``advance(metrics)`` per update, ``advance(None)`` to close; a no-op when disabled."""
+    if not enabled:
+        return lambda _m: None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, initial=start, desc="policy updates", unit="upd", dynamic_ncols=True)
+
+    def advance(m: dict[str, float] | None) -> None:
+        if m is None:
+            bar.close()
+            return
+        bar.set_postfix(
+            pref=f"{m.get('reward/preference/mean', 0):.3f}",
+            task=f"{m.get('report/task_quality', 0):.3f}",
+            hit=f"{m.get('report/hit@10', 0):.3f}",
+        )
+        bar.update(1)
+
+    return advance

@@ -1,0 +1,103 @@
+"""``train_and_publish``: open the environment of a reward version, train a policy (Fabric, one
+process or DDP), publish it as a ``policy`` version with lineage to that reward version."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parpo.env.environment import PreferenceTransform
+from parpo.env.schema import ACTION_SCHEMA_VERSION
+from parpo.env.source import EnvSource
+from parpo.policy.bundle import ANCHORS, CATALOGUE, KIND, POLICY_DIR
+from parpo.trainer.config import PolicyTrainConfig
+from parpo.trainer.loop import PolicyTrainer, TrainResult
+
+RUN_DIR_ENV = "PARPO_POLICY_RUN_DIR"
+
+
+@dataclass
+class PolicyOutcome:
+    version: Any  # reward_models.registry.Version
+    result: TrainResult
+    run_dir: Path
+    summary: dict[str, float]
+
+
+def default_run_dir() -> Path:
+    from reward_models.registry.layout import utc_now
+
+    return Path("runs") / f"policy-{utc_now().replace(':', '').replace('-', '')[:15]}-{os.getpid()}"
+
+
+def final_summary(history: list[dict[str, float]], last: int = 5) -> dict[str, float]:
+    """Means of the last ``last`` updates' reward and report metrics (what training ended at)."""
+    tail = history[-last:]
+    keys = [k for k in tail[-1] if k.startswith("report/") or k.startswith("reward/") and k.endswith("/mean")]
+    return {k: sum(m.get(k, 0.0) for m in tail) / len(tail) for k in dict.fromkeys(keys)}
+
+
+def train_and_publish(
+    cfg: PolicyTrainConfig,
+    data_dir: str | Path,
+    registry: str | Path,
+    *,
+    reward_version: str | None = None,
+    run_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    preset: str | None = None,
+    preference_transform: PreferenceTransform | None = None,
+) -> PolicyOutcome | None:
+    """Train on the reward version's split (default: production); None on DDP ranks other than 0."""
+    from reward_models.registry import Lineage, Registry, SplitRef
+
+    if run_dir is None and os.environ.get("LOCAL_RANK", "0") != "0":
+        run_dir = os.environ.get(RUN_DIR_ENV)  # a rank the DDP launcher started: same folder
+    run = Path(run_dir or default_run_dir())
+    os.environ[RUN_DIR_ENV] = str(run.resolve())
+    source = EnvSource.load(data_dir, registry, reward_version, cfg.env)
+    result = PolicyTrainer(cfg, source, run, preference_transform=preference_transform).fit(resume)
+    if not result.is_global_zero:
+        return None
+    policy_dir, cat_path, anchors_path = (
+        run / "export" / POLICY_DIR,
+        run / "export" / CATALOGUE,
+        run / "export" / ANCHORS,
+    )
+    result.policy.save(policy_dir)
+    source.catalogue.write(cat_path)
+    result.anchors.save(anchors_path)
+    reward_lineage = Registry(registry).open("reward", source.reward_version, verify=False).lineage
+    split = reward_lineage.split
+    summary = final_summary(result.history)
+    lineage = Lineage(
+        reward=source.reward_version,
+        data_fingerprint=source.dataset.fingerprint,
+        split=SplitRef(name=split.name, seed=split.seed, positives=split.positives),
+        seed=cfg.runtime.seed,
+        extra={
+            "source": source.dataset.source,
+            "algo": cfg.advantage.estimator,
+            "group_size": cfg.train.group_size,
+            "backend": result.policy.kind,
+        },
+    )
+    version = Registry(registry).publish(
+        KIND,
+        lineage=lineage,
+        config=cfg,
+        metadata={
+            "backend": result.policy.kind,
+            "preset": preset,
+            "algo": cfg.advantage.estimator,
+            "action_schema_version": ACTION_SCHEMA_VERSION,
+            "reward_version": source.reward_version,
+            "updates": len(result.history),
+        },
+        metrics={"training": summary},
+        logs=result.logs,
+        files={POLICY_DIR: policy_dir, CATALOGUE: cat_path, ANCHORS: anchors_path},
+    )
+    return PolicyOutcome(version, result, run, summary)
