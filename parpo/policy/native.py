@@ -9,7 +9,8 @@ without replacement from those scores (Gumbel top-k when sampling, top-k when gr
     log p(slate) = sum_j [ s(c_j) / tau - logsumexp_{c not in c_<j} s(c) / tau ]
 
 Personalisation has to come from here: candidates carry catalogue features only, the user
-enters through the reward model's user vector. Everything runs on whatever device the
+enters through the reward model's user vector, and the pointer adds a learned user x item
+term ``<W user, e_item>`` over the policy's own item embeddings. Everything runs on whatever device the
 parameters are on; CPU is the default and trains in minutes.
 """
 
@@ -90,6 +91,9 @@ class NativeNet(nn.Module):
         self.scope_head = nn.Linear(d, 2)
         self.constrain_head = nn.Linear(d, 2)
         self.query, self.key = nn.Linear(d, d), nn.Linear(d, d)
+        # A direct user x item term: taste is an interaction the pointer should not have to
+        # rediscover through attention alone.
+        self.taste = nn.Linear(user_dim, d, bias=False) if cfg.item_embeddings else None
 
     def logits(self, x: dict[str, Tensor]) -> dict[str, Tensor]:
         """Head logits: tool [B, 3], strategy [B, S], scope [B, 2], constrain [B, 2], pointer [B, N]."""
@@ -120,6 +124,8 @@ class NativeNet(nn.Module):
         h = self.norm(self.encoder(seq, src_key_padding_mask=pad))
         s, c = h[:, 0], h[:, 1 + HISTORY :]
         pointer = (self.query(s).unsqueeze(1) * self.key(c)).sum(-1) / math.sqrt(s.shape[-1])
+        if self.item is not None and self.taste is not None:
+            pointer = pointer + (self.taste(x["user"]).unsqueeze(1) * self.item(x["cand_rows"])).sum(-1)
         return {
             "tool": self.tool_head(s),
             "strategy": self.strategy_head(s),

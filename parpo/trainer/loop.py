@@ -12,7 +12,7 @@ counter and every RNG state, so a resumed run continues exactly.
 from __future__ import annotations
 
 import copy
-import random
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ from parpo.policy.native import NativePolicy
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.metrics import reward_metrics, rollout_report
 from parpo.trainer.rollout import Rollouts, collect
+from reward_models.rng import rng_state, set_rng_state
 
 LAST = "last.ckpt"
 
@@ -43,11 +44,10 @@ class TrainResult:
 
 def _fabric(cfg: PolicyTrainConfig, run: Path) -> Any:
     from lightning_fabric import Fabric
-    from lightning_fabric.loggers import CSVLogger
 
-    loggers: list[Any] = [CSVLogger(root_dir=run, name="", version="logs", flush_logs_every_n_steps=1)]
-    try:
-        import tensorboard  # noqa: F401  (optional)
+    loggers: list[Any] = []
+    try:  # TensorBoard when installed; the CSV log is always written (``write_csv``)
+        import tensorboard  # noqa: F401
         from lightning_fabric.loggers import TensorBoardLogger
 
         loggers.append(TensorBoardLogger(root_dir=run, name="", version="tensorboard"))
@@ -57,6 +57,27 @@ def _fabric(cfg: PolicyTrainConfig, run: Path) -> Any:
     accelerator = "auto" if rt.device == "auto" else rt.device
     strategy = "ddp" if rt.devices > 1 else "auto"
     return Fabric(accelerator=accelerator, devices=rt.devices, strategy=strategy, loggers=loggers)
+
+
+def write_csv(history: list[dict[str, float]], path: Path) -> None:
+    """All updates so far, one row each (columns: the union of keys), written atomically."""
+    import polars as pl
+
+    from data_pipelines.transaction import atomic_write_bytes
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df = pl.DataFrame(history, infer_schema_length=None)
+    atomic_write_bytes(path, df.select("update", pl.exclude("update")).write_csv().encode())
+
+
+def read_csv(path: Path, upto: int) -> list[dict[str, float]]:
+    """The rows of a previous run's log up to update ``upto`` (a resumed run continues it)."""
+    import polars as pl
+
+    if not path.is_file():
+        return []
+    df = pl.read_csv(path, infer_schema_length=None).filter(pl.col("update") <= upto)
+    return [{k: v for k, v in row.items() if v is not None} for row in df.iter_rows(named=True)]
 
 
 class PolicyTrainer:
@@ -104,7 +125,8 @@ class PolicyTrainer:
         if resume is not None:
             self._load(fabric, Path(resume), module, optimizers, anchors, state)
         t = cfg.train
-        history: list[dict[str, float]] = []
+        logs = self.run / "logs" / "metrics.csv"
+        history = read_csv(logs, state["update"]) if resume is not None else []
         bar = _bar(t.updates, state["update"], enabled=t.progress_bar and rank == 0)
         while state["update"] < t.updates:
             t0 = time.perf_counter()
@@ -139,11 +161,14 @@ class PolicyTrainer:
             }
             metrics = {k: float(v) for k, v in metrics.items()}
             if world > 1:
+                metrics["anchors/rank_divergence"] = _anchor_divergence(fabric, anchors)
                 metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
             state["update"] += 1
             metrics["update"] = state["update"]
             fabric.log_dict(metrics, step=state["update"])
             history.append(metrics)
+            if fabric.is_global_zero:
+                write_csv(history, logs)
             self._save(fabric, self.run / LAST, module, optimizers, anchors, state)
             if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
                 self._save(
@@ -153,7 +178,7 @@ class PolicyTrainer:
         bar(None)
         for logger in fabric.loggers:
             logger.finalize("success")
-        return TrainResult(policy, anchors, self.run / "logs" / "metrics.csv", history, fabric.is_global_zero)
+        return TrainResult(policy, anchors, logs, history, fabric.is_global_zero)
 
     def _update(
         self,
@@ -226,12 +251,11 @@ class PolicyTrainer:
                 "anchors": anchors.state_dict(),
                 "update": state["update"],
                 "rng": {
-                    "task_rng": state["task_rng"].bit_generator.state,
+                    # PCG64's 128-bit state as decimal strings: plain values, no pickled objects.
+                    "task_rng": json.dumps(state["task_rng"].bit_generator.state),
                     "sample_gen": state["sample_gen"].get_state(),
                     "perm_gen": state["perm_gen"].get_state(),
-                    "torch": torch.get_rng_state(),
-                    "numpy": np.random.get_state(),
-                    "python": random.getstate(),
+                    **rng_state(),
                 },
             },
         )
@@ -250,12 +274,22 @@ class PolicyTrainer:
         anchors.load_state_dict(rest["anchors"])
         state["update"] = int(rest["update"])
         rng = rest["rng"]
-        state["task_rng"].bit_generator.state = rng["task_rng"]
+        state["task_rng"].bit_generator.state = json.loads(rng["task_rng"])
         state["sample_gen"].set_state(rng["sample_gen"])
         state["perm_gen"].set_state(rng["perm_gen"])
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
+        set_rng_state(rng)
+
+
+def _anchor_divergence(fabric: Any, anchors: AnchorStore) -> float:
+    """Largest difference between ranks of a digest of the anchors (0 when they agree, as they must)."""
+    snap = anchors.snapshot()
+    digest = torch.tensor(
+        [float(snap.mean.sum()), float(snap.var.sum()), float(snap.count.sum()), float(len(snap))],
+        dtype=torch.float64,
+        device=fabric.device,
+    )
+    every = fabric.all_gather(digest)
+    return float((every - every[0]).abs().max())
 
 
 def _anchor_distribution(anchors: AnchorStore) -> dict[str, float]:
