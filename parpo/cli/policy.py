@@ -129,13 +129,19 @@ def eval_(
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
 ) -> None:
     """Evaluate a policy on warm and cold held-out tasks next to the reference agents; record evals/."""
-    from parpo.cli.console import console
     from parpo.evaluation.policy_eval import evaluate_policy
 
     path, result = evaluate_policy(registry, data, version, greedy=not sample, seed=seed)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
+    print_eval(result, path)
+
+
+def print_eval(result: dict[str, Any], path: Path) -> None:
+    """The warm and cold sections of a policy evaluation, one line per agent."""
+    from parpo.cli.console import console
+
     for part in ("warm", "cold"):
         r = result[part]
         console.print(f"[bold]{part}[/bold] ({r['n_tasks']} tasks)")

@@ -133,7 +133,16 @@ def test_ingest_movielens_through_the_cli_writes_splits(tmp_path):
 
 @pytest.mark.integration
 def test_demo_runs_end_to_end_into_a_fresh_folder(tmp_path):
-    res = run("demo", "synth.n_users=200", "synth.n_items=300", cwd=tmp_path)
+    res = run(
+        "demo",
+        "synth.n_users=200",
+        "synth.n_items=300",
+        "policy.train.updates=2",
+        "policy.train.tasks_per_update=16",
+        "policy.train.group_size=4",
+        "policy.train.progress_bar=false",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and str(runs[0].name) in res.stdout.replace("\n", "")
@@ -149,6 +158,11 @@ def test_demo_runs_end_to_end_into_a_fresh_folder(tmp_path):
     assert (
         (runs[0] / "config.yaml").exists() and (data / "truth").is_dir() and (data / "uniform_test").is_dir()
     )
+    # The demo trains, publishes and evaluates a policy against its reward model.
+    (policy,) = (runs[0] / "registry" / "policy").glob("v*")
+    (ev,) = (policy / "evals").glob("*.json")
+    assert json.loads(ev.read_text())["result"]["warm"]["n_tasks"] > 0
+    assert "greedy_reward" in res.stdout and "5/5" in res.stdout
     again = run("demo", "--out", str(runs[0]), cwd=tmp_path)
     assert "already exists and is not empty" in _one_error_line(again)
 
