@@ -22,6 +22,9 @@ class TrainLoopConfig(StrictModel):
     group_size: int = Field(8, ge=1, description="G: rollouts per task (one advantage group)")
     ppo_epochs: int = Field(2, ge=1, description="passes over each update's rollouts")
     minibatches: int = Field(4, ge=1, description="optimiser steps per PPO epoch (equal on every rank)")
+    micro_batches: int = Field(
+        4, ge=1, description="gradient-accumulation chunks per minibatch, by candidate count (less padding)"
+    )
     max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
     checkpoint_every: int = Field(0, ge=0, description="also keep update-<N>.ckpt every N updates (0: off)")
     progress_bar: bool = True

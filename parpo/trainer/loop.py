@@ -199,25 +199,25 @@ class PolicyTrainer:
         if reference is not None:
             with torch.no_grad():
                 ref_logp = reference(roll.inputs, roll.tokens, policy.temperature)[0]
+        n_cand = roll.inputs["cand_mask"].sum(1)
         sums: dict[str, float] = {}
         n = 0
         for _ in range(cfg.train.ppo_epochs):
             perm = torch.randperm(roll.n_samples, generator=perm_gen).to(roll.tokens.device)
             for mb in torch.tensor_split(perm, cfg.train.minibatches):
-                x = {k: v[mb] for k, v in roll.inputs.items()}
-                logp, ent, _ = module(x, roll.tokens[mb], policy.temperature)
-                mask = roll.mask[mb]
-                loss, lm = compute_loss(
-                    logp,
-                    roll.old_logp[mb],
-                    sample_adv[mb],
-                    mask,
-                    cfg.loss,
-                    ref_logp=None if ref_logp is None else ref_logp[mb],
-                    n_tokens=mask.sum().clamp(min=1),
-                    n_seqs=max(int(mb.numel()), 1),
-                )
-                fabric.backward(loss)
+                # Micro-batches of similar candidate counts pad less; the aggregation divides by
+                # the whole minibatch's counts, so their summed gradients are the minibatch's.
+                mb = mb[torch.argsort(n_cand[mb], stable=True)]
+                n_tokens = roll.mask[mb].sum().clamp(min=1)
+                chunks = [c for c in torch.tensor_split(mb, cfg.train.micro_batches) if c.numel()]
+                lm: dict[str, float] = {}
+                for j, c in enumerate(chunks):
+                    with fabric.no_backward_sync(module, enabled=j < len(chunks) - 1):
+                        part = self._loss(
+                            fabric, module, policy, roll, c, sample_adv, ref_logp, n_tokens, mb.numel()
+                        )
+                    for k, v in part.items():  # the loss adds up; other metrics: sample-weighted mean
+                        lm[k] = lm.get(k, 0.0) + v * (1.0 if k == "loss" else c.numel() / mb.numel())
                 if cfg.train.max_grad_norm is not None:
                     for opt in optimizers:
                         lm["grad_norm"] = float(
@@ -226,12 +226,41 @@ class PolicyTrainer:
                 for opt in optimizers:
                     opt.step()
                     opt.zero_grad(set_to_none=True)
-                lm["loss"] = float(loss.detach())
-                lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
                 for k, v in lm.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 n += 1
         return {f"actor/{k}": v / max(n, 1) for k, v in sums.items()}
+
+    def _loss(
+        self,
+        fabric: Any,
+        module: Any,
+        policy: NativePolicy,
+        roll: Rollouts,
+        idx: torch.Tensor,
+        sample_adv: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+        n_tokens: torch.Tensor,
+        n_seqs: int,
+    ) -> dict[str, float]:
+        """Backward of one micro-batch's share of the minibatch loss; its metrics."""
+        x = {k: v[idx] for k, v in roll.inputs.items()}
+        logp, ent, _ = module(x, roll.tokens[idx], policy.temperature)
+        mask = roll.mask[idx]
+        loss, lm = compute_loss(
+            logp,
+            roll.old_logp[idx],
+            sample_adv[idx],
+            mask,
+            self.cfg.loss,
+            ref_logp=None if ref_logp is None else ref_logp[idx],
+            n_tokens=n_tokens,
+            n_seqs=n_seqs,
+        )
+        fabric.backward(loss)
+        lm["loss"] = float(loss.detach())
+        lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
+        return {k: float(v) for k, v in lm.items()}
 
     # -- checkpoints ----------------------------------------------------------------------
     @staticmethod
