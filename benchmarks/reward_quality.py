@@ -6,6 +6,8 @@ and one paired-difference line per preset against the baseline. Progress goes to
     python benchmarks/reward_quality.py --data /tmp/ml                        # an ingested ML-100K
     python benchmarks/reward_quality.py --movielens ../shared/data/movielens-100k
     python benchmarks/reward_quality.py --data data/synth --presets dice mf --split-seeds 0 --seeds 0 1 2
+    python benchmarks/reward_quality.py train.epochs=200 train.early_stopping=false --data /tmp/ml \
+        --loss-epochs 50 100 150 200      # overrides go before the options (nargs)
 
 Checkpoints are chosen on valid NDCG@10 only (early stopping); the split seeds are fixed
 by the command line, before anything is trained.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -34,8 +37,29 @@ KEYS = (
 )
 
 
+def epoch_losses(metrics_csv: Path | None, epochs: list[int]) -> dict[str, Any]:
+    """``train/loss`` at the given 1-based epochs from the run's ``logs/metrics.csv``, and whether
+    any logged loss was not finite (the stability check: no NaN without early stopping)."""
+    import polars as pl
+
+    if metrics_csv is None or not epochs:
+        return {}
+    log = pl.read_csv(metrics_csv).filter(pl.col("train/loss").is_not_null()).sort("epoch")
+    loss = dict(zip((log["epoch"] + 1).to_list(), log["train/loss"].to_list(), strict=True))
+    return {
+        "loss_at_epoch": {str(e): round(loss[e], 6) for e in epochs if e in loss},
+        "loss_all_finite": all(math.isfinite(v) for v in loss.values()),
+    }
+
+
 def one_run(
-    data_dir: Path, preset: str, split: str, split_seed: int, seed: int, extra: list[str]
+    data_dir: Path,
+    preset: str,
+    split: str,
+    split_seed: int,
+    seed: int,
+    extra: list[str],
+    loss_epochs: list[int] | None = None,
 ) -> dict[str, Any]:
     from parpo.presets import load
     from reward_models.config import RewardConfig
@@ -57,6 +81,7 @@ def one_run(
     data = RewardData.load(data_dir, split, split_seed, cfg.split.positives)
     with tempfile.TemporaryDirectory(prefix="reward-quality-") as run:
         res = fit(cfg, data, run)
+        losses = epoch_losses(res.logs, loss_epochs or [])
     m = evaluate(readout_vectors(export_weights(res.tables, data), data), data, cfg.eval.ks, baselines=False)
     seconds = time.perf_counter() - t0
     flat = {
@@ -73,6 +98,7 @@ def one_run(
         "seed": seed,
         **{k: round(v, 5) for k, v in flat.items() if k in KEYS or k.startswith("diagnostics.")},
         **res.summary(),
+        **losses,
         "run_seconds": round(seconds, 2),
     }
 
@@ -119,6 +145,9 @@ def main() -> None:
     ap.add_argument("--baseline", default="mf")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument(
+        "--loss-epochs", type=int, nargs="*", default=[], help="report train/loss at these epochs (1-based)"
+    )
+    ap.add_argument(
         "overrides", nargs="*", help="extra dotted overrides for every run, e.g. train.epochs=200"
     )
     args = ap.parse_args()
@@ -137,7 +166,7 @@ def main() -> None:
         for seed in args.seeds:
             for preset in args.presets:
                 print(f"{preset} split_seed={split_seed} seed={seed} ...", file=sys.stderr, flush=True)
-                row = one_run(data_dir, preset, args.split, split_seed, seed, extra)
+                row = one_run(data_dir, preset, args.split, split_seed, seed, extra, args.loss_epochs)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for line in summarise(rows, args.baseline):

@@ -138,29 +138,55 @@ def diagnostics(vec: Vectors, data: RewardData, n: int = 200, seed: int = 0) -> 
     }
 
 
-def truth_spearman(vec: Vectors, data: RewardData, n: int = 200, seed: int = 0) -> dict[str, float]:
-    """``interest_spearman`` (and ``conformity_spearman``) against ``DIR/truth``; {} without truth."""
+@dataclass
+class TruthSample:
+    """The Spearman sample of a synthetic dataset, in ``data``'s index space.
+
+    ``users`` [U] warm users, ``items`` [U, n] random warm items per user, ``interest`` and
+    ``conformity`` [U, n] their true s(u, i) and c_u * pop_i; ``user_vectors`` [n_users, d]
+    and ``item_vectors`` [n_items, d] the true vectors of every dataset row, ``pop`` [n_items]
+    the generator's final pop_i (log1p of exposure in units of its mean).
+    """
+
+    users: np.ndarray
+    items: np.ndarray
+    interest: np.ndarray
+    conformity: np.ndarray
+    user_vectors: np.ndarray
+    item_vectors: np.ndarray
+    pop: np.ndarray
+
+
+def truth_sample(data: RewardData, n: int = 200, seed: int = 0) -> TruthSample | None:
+    """The truth of ``_warm_sample(data, n, seed)`` from ``DIR/truth``; None without truth or warm users."""
     root = Path(data.root)
     if not (root / "truth" / "meta.json").is_file():
-        return {}
+        return None
     from data_pipelines.synth import Truth
 
     truth = Truth(root)
     users, items = _warm_sample(data, n, seed)
     if users.size == 0:
+        return None
+    uid, iid = data.users["id"].to_numpy(), data.items["id"].to_numpy()
+    tu = truth.user_vectors[truth.user_index(uid)].astype(np.float64)  # [n_users, d] in dataset order
+    ti = truth.item_vectors[truth.item_index(iid)].astype(np.float64)  # [n_items, d]
+    true_int = np.einsum("ud,und->un", tu[users], ti[items]) / np.sqrt(tu.shape[1])
+    expo_df = pl.read_parquet(truth.dir / "items.parquet", columns=["item_id", "exposure"])
+    expo = expo_df["exposure"].to_numpy().astype(np.float64)[truth.item_index(iid)]
+    pop = np.log1p(expo / max(expo.mean(), 1e-12))  # pop_i of the click logit (docs/synthetic.md)
+    true_con = truth.conformity(uid[users])[:, None] * pop[items]
+    return TruthSample(users, items, true_int, true_con, tu, ti, pop)
+
+
+def truth_spearman(vec: Vectors, data: RewardData, n: int = 200, seed: int = 0) -> dict[str, float]:
+    """``interest_spearman`` (and ``conformity_spearman``) against ``DIR/truth``; {} without truth."""
+    t = truth_sample(data, n, seed)
+    if t is None:
         return {}
-    uid, iid = data.users["id"].to_numpy()[users], data.items["id"].to_numpy()
-    tu = truth.user_vectors[truth.user_index(uid)].astype(np.float64)
-    ti = truth.item_vectors[truth.item_index(iid)].astype(np.float64)  # [n_items, d] in dataset order
-    true_int = np.einsum("ud,und->un", tu, ti[items]) / np.sqrt(tu.shape[1])
-    learned_con = true_con = None
-    if vec.disentangled:
-        expo_df = pl.read_parquet(truth.dir / "items.parquet", columns=["item_id", "exposure"])
-        expo = expo_df["exposure"].to_numpy().astype(np.float64)[truth.item_index(iid)]
-        pop = np.log1p(expo / max(expo.mean(), 1e-12))  # pop_i of the click logit (docs/synthetic.md)
-        true_con = truth.conformity(uid)[:, None] * pop[items]
-        learned_con = vec.pair_scores(users, items, "conformity")
-    res = synthetic_spearman(vec.pair_scores(users, items, "interest"), true_int, learned_con, true_con)
+    learned_con = vec.pair_scores(t.users, t.items, "conformity") if vec.disentangled else None
+    true_con = t.conformity if vec.disentangled else None
+    res = synthetic_spearman(vec.pair_scores(t.users, t.items, "interest"), t.interest, learned_con, true_con)
     return {k.removeprefix("synthetic."): v for k, v in res.items()}
 
 
