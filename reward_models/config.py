@@ -89,6 +89,29 @@ class EvalConfig(StrictModel):
         return self
 
 
+class Stage1Config(StrictModel):
+    """Stage 1 (``reward_models.profile``): multi-view profile encoder, profile -> user and
+    attributes -> item maps for cold users and items, and its link to stage 2."""
+
+    enabled: bool = Field(False, description="train stage 1 too (on in the dice preset)")
+    dim: int = Field(32, ge=1, description="profile embedding size")
+    hidden: int = Field(64, ge=1, description="hidden width of the per-view MLPs and decoders")
+    map_hidden: int = Field(128, ge=1, description="hidden width of the user and item maps")
+    user_features: bool = Field(True, description="use the users table's explicit features (a view)")
+    epochs: int = Field(30, ge=1, description="encoder epochs (reconstruction + InfoNCE)")
+    map_epochs: int = Field(60, ge=1, description="epochs of each map")
+    batch_size: int = Field(256, ge=2)
+    lr: float = Field(0.003, gt=0)
+    weight_decay: float = Field(1e-5, ge=0)
+    temperature: float = Field(0.2, gt=0, description="InfoNCE temperature")
+    view_dropout: float = Field(0.3, ge=0, lt=1, description="probability of dropping each view")
+    nce_weight: float = Field(1.0, ge=0)
+    link: Literal["init", "regularize", "none"] = Field(
+        "init", description="how profiles shape stage-2 user embeddings"
+    )
+    link_weight: float = Field(0.1, ge=0, description="weight of the regularize link's L2 term")
+
+
 class RewardConfig(StrictModel):
     runtime: RuntimeConfig = RuntimeConfig()
     split: RewardSplitConfig = RewardSplitConfig()
@@ -96,3 +119,4 @@ class RewardConfig(StrictModel):
     sampler: SamplerConfig = SamplerConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    stage1: Stage1Config = Stage1Config()

@@ -7,6 +7,13 @@ version: ``weights/model.safetensors`` (the scored vectors and warm flags),
 ``metrics.json`` and ``lineage.json``. Nothing here imports Lightning at
 module level; ``reward_models.training`` is imported when training starts.
 
+With ``stage1.enabled`` (the ``dice`` preset) the same version also carries stage 1
+(``reward_models.profile``): its encoder is fitted before stage 2 (its profiles
+shape stage-2 user rows, ``stage1.link``), its maps after it (on the stage-2
+vectors); the weights hold both under ``stage1.*``, ``metadata.json`` its spec.
+Cold users are scored from their ``cold_profile`` events at publish and in
+``evaluate_version`` alike.
+
 ``evaluate_version``: recompute the version's split (name, seed, positives
 rule) on any dataset, score it through the readout (external ids: users and
 items the model never saw are cold), and add ``evals/<fp>-<split>-<hash>.json``.
@@ -19,9 +26,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 import torch
 
 from data_pipelines.dataset import Dataset
@@ -29,7 +37,11 @@ from data_pipelines.splits import PositivesRule
 from reward_models.config import RewardConfig
 from reward_models.data import RewardData
 from reward_models.evaluate import Vectors, evaluate
+from reward_models.readout import RewardModel, UserProfile
 from reward_models.registry import Lineage, Registry, SplitRef, Version
+
+if TYPE_CHECKING:
+    from reward_models.training import FitResult
 
 KIND = "reward"
 RUN_DIR_ENV = "PARPO_REWARD_RUN_DIR"  # shared with the ranks Lightning's DDP launcher starts
@@ -63,18 +75,62 @@ def export_weights(tables: dict[str, torch.Tensor], data: RewardData) -> dict[st
     }
 
 
-def readout_vectors(weights: dict[str, torch.Tensor], data: RewardData) -> Vectors:
-    """The vectors the readout scores ``data``'s users and items with (cold rows: mean warm vectors),
-    so metrics at publish equal a later ``evaluate_version`` on the same data."""
-    from reward_models.readout import RewardModel
-
-    model = RewardModel(weights, data.user_ids(), data.item_ids())
-    return Vectors(model.user_vectors(data.user_ids())[0], model.item_vectors(data.item_ids())[0])
-
-
-def metadata(cfg: RewardConfig, data: RewardData, training: dict[str, Any]) -> dict[str, Any]:
-    m = cfg.model
+def cold_profiles(frame: pl.DataFrame) -> dict[str, UserProfile]:
+    """Readout profiles (items, events, ts) of the users of canonical interaction rows (``cold_profile``)."""
+    if frame.height == 0:
+        return {}
+    f = frame.sort("user_id", "ts", "seq", nulls_last=True).with_columns(
+        (pl.col("ts").dt.epoch("us").cast(pl.Float64) / 1e6).alias("__t")
+    )
     return {
+        u: UserProfile(items=g["item_id"].to_list(), events=g["event"].to_list(), ts=g["__t"].to_list())
+        for (u,), g in f.group_by("user_id", maintain_order=True)
+    }
+
+
+def readout_vectors(
+    weights: dict[str, torch.Tensor], data: RewardData, meta: dict[str, Any] | None = None
+) -> Vectors:
+    """The vectors the readout scores ``data``'s users and items with (cold users from their
+    ``cold_profile`` through stage 1 when ``meta`` (the version's metadata) has it, else the
+    fallbacks), so metrics at publish equal a later ``evaluate_version`` on the same data."""
+    model = RewardModel(weights, data.user_ids(), data.item_ids(), meta)
+    users = model.user_vectors(data.user_ids(), cold_profiles(data.cold_profile))[0]
+    return Vectors(users, model.item_vectors(data.item_ids())[0])
+
+
+def train_weights(
+    cfg: RewardConfig, ds: Dataset, data: RewardData, run: Path, *, resume: str | Path | None = None
+) -> tuple[FitResult, dict[str, torch.Tensor], dict[str, Any]]:
+    """Stage 1's encoder (when enabled), stage 2 (Lightning), stage 1's maps: the fit result, the
+    weights to publish (empty on DDP ranks other than 0) and stage 1's metadata (empty when off)."""
+    from reward_models.training import fit
+
+    s1 = None
+    if cfg.stage1.enabled:
+        from reward_models.profile.fit import fit_maps, fit_stage1_encoder
+
+        s1, z, enc_losses = fit_stage1_encoder(ds, data, cfg)
+    result = fit(cfg, data, run, resume=resume, profile=z if s1 is not None else None)
+    if not result.is_global_zero:
+        return result, {}, {}
+    weights = export_weights(result.tables, data)
+    if s1 is None:
+        return result, weights, {}
+    branches = s1.model.branches
+    user = torch.cat([result.tables[f"user_{b}"] for b in branches], 1)
+    item = torch.cat([result.tables[f"item_{b}"] for b in branches], 1)
+    seen = torch.from_numpy(data.seen_items())
+    map_losses = fit_maps(s1, user, item, seen, cfg.stage1, cfg.runtime.seed)
+    meta = s1.model.meta() | {"link": cfg.stage1.link, "losses": enc_losses | map_losses}
+    return result, weights | s1.model.tensors(), meta
+
+
+def metadata(
+    cfg: RewardConfig, data: RewardData, training: dict[str, Any], stage1: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    m = cfg.model
+    return ({"stage1": stage1} if stage1 else {}) | {
         "model": "causal_embeddings",
         "stage": 2,
         "backbone": m.backbone,
@@ -109,8 +165,6 @@ def train_and_publish(
     label: str | None = None,
 ) -> TrainOutcome | None:
     """Train on ``data_dir``'s split, evaluate, publish; None on DDP ranks other than 0."""
-    from reward_models.training import fit
-
     if (
         run_dir is None and os.environ.get("LOCAL_RANK", "0") != "0"
     ):  # a rank Lightning's DDP launcher started
@@ -120,13 +174,12 @@ def train_and_publish(
     ds = Dataset(data_dir)
     s = cfg.split
     data = RewardData.load(ds, s.name, s.seed, s.positives)
-    result = fit(cfg, data, run, resume=resume)
+    result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume)
     if not result.is_global_zero:
         return None
     e = cfg.eval
-    weights = export_weights(result.tables, data)
     metrics = evaluate(
-        readout_vectors(weights, data),
+        readout_vectors(weights, data, {"stage1": stage1} if stage1 else None),
         data,
         e.ks,
         batch_users=e.batch_users,
@@ -147,7 +200,7 @@ def train_and_publish(
         lineage=lineage,
         weights=weights,
         config=cfg,
-        metadata=metadata(cfg, data, training),
+        metadata=metadata(cfg, data, training, stage1),
         metrics=metrics,
         idmaps=_idmap_paths(ds),
         logs=result.logs,
@@ -164,8 +217,6 @@ def evaluate_version(
     ks: list[int] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Evaluate a published version on ``data_dir`` (its own split recomputed there); add the eval file."""
-    from reward_models.readout import RewardModel
-
     reg = Registry(registry)
     v = reg.open(KIND, version)
     lin = v.lineage
@@ -174,7 +225,7 @@ def evaluate_version(
     ds = Dataset(data_dir)
     data = RewardData.load(ds, name, lin.split.seed, rule)
     model = RewardModel.load(v.path, verify=False)  # just verified by open()
-    uv, _ = model.user_vectors(data.user_ids())
+    uv, _ = model.user_vectors(data.user_ids(), cold_profiles(data.cold_profile))
     iv, _ = model.item_vectors(data.item_ids())
     cfg_eval = (v.config or {}).get("eval", {})
     ks = ks or cfg_eval.get("ks") or [10, 20, 50]

@@ -24,10 +24,16 @@ scale of their scores; using the interest score alone drops what the user would
 click only because the item is popular (the conformity correction).
 
 Cold start: a user not in the model's id map, or with no train positive, is
-``cold``. With a profile (recent item ids) its interest vector is the mean
-interest vector of the profile's warm items, else the mean warm user's; its
-conformity vector is the mean warm user's. An unknown (or never trained) item
-is ``cold`` with the mean warm item's vectors, and its percentile is 0.5.
+``cold``; so is an item. With stage 1 in the version (``stage1.*`` weights,
+``reward_models.profile``), a cold user's vectors are the profile map's
+``g([z, m, 1{m}])`` where ``z`` is the multi-view encoding of its profile (events,
+items, timestamps, features; the id map's user features when the profile brings
+none) and ``m`` the mean stage-2 vector of the profile's warm items; a cold item
+of the id map gets the attribute map's ``h(category, attributes, price)``.
+Without stage 1, or for a user with no evidence at all, the fallbacks: with
+recent item ids, the interest vector is their mean interest vector, else the
+mean warm user's; conformity is the mean warm user's. Items without a map get
+the mean warm item's vectors and a neutral percentile of 0.5.
 """
 
 from __future__ import annotations
@@ -38,13 +44,30 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from reward_models.registry import Registry
 from reward_models.registry.errors import RegistryError
 
 REFERENCE_ITEMS = 4096
 KIND = "reward"
-Profiles = Sequence[Sequence[str] | None] | Mapping[str, Sequence[str]] | None
+
+
+class UserProfile(BaseModel):
+    """What is known of a user the model has not trained on: events in time order
+    (``items[k]`` with ``events[k]`` at ``ts[k]`` Unix seconds; events and ts optional)
+    and explicit features (``{"age": "25", "gender": "F"}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[str] = []
+    events: list[str] | None = None
+    ts: list[float | None] | None = None
+    features: dict[str, str] = {}
+
+
+ProfileLike = UserProfile | Mapping[str, Any] | Sequence[str] | None
+Profiles = Sequence[ProfileLike] | Mapping[str, ProfileLike] | None
 
 
 def _read_ids(path: Path) -> list[str]:
@@ -88,6 +111,11 @@ class RewardModel:
             g = torch.Generator().manual_seed(0)
             warm = warm[torch.randperm(warm.numel(), generator=g)[:REFERENCE_ITEMS]].sort().values
         self.reference = warm
+        self.stage1 = None
+        if "stage1" in self.metadata and any(k.startswith("stage1.") for k in tables):
+            from reward_models.profile.model import ProfileModel
+
+            self.stage1 = ProfileModel.from_tensors(tables, self.metadata["stage1"])
 
     @property
     def disentangled(self) -> bool:
@@ -132,27 +160,90 @@ class RewardModel:
             v[known] = self.user[b][idx[known]]
             out[b] = v
         cold = ~known
-        if profiles is not None and bool(cold.any()):
+        if self.stage1 is not None and bool(cold.any()):
+            self._stage1_users(out, torch.nonzero(cold).flatten(), user_ids, idx, profiles)
+        elif profiles is not None and bool(cold.any()):
             for row in torch.nonzero(cold).flatten().tolist():
-                items = _profile(profiles, user_ids, row)
-                ii = [self.item_index.get(i, -1) for i in items or []]
+                p = _profile(profiles, user_ids, row)
+                ii = [self.item_index.get(i, -1) for i in (p.items if p else [])]
                 ii = torch.tensor([i for i in ii if i >= 0], dtype=torch.int64)
                 ii = ii[self.item_seen[ii]] if ii.numel() else ii
                 if ii.numel():
                     out["interest"][row] = self.item["interest"][ii].mean(0)
         return out, cold.numpy()
 
+    @torch.no_grad()
+    def _stage1_users(
+        self,
+        out: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        user_ids: Sequence[str],
+        idx: torch.Tensor,
+        profiles: Profiles,
+    ) -> None:
+        """Fill ``out``'s cold ``rows`` [C] with the profile map's vectors (users with any evidence)."""
+        from reward_models.profile.views import ProfileLog, feature_matrix
+
+        s1, spec = self.stage1, self.stage1.spec
+        ev = {e: k for k, e in enumerate(spec.events)}
+        log_rows, items, events, ts = [], [], [], []
+        feats = torch.zeros(rows.numel(), s1.user_features.shape[1])
+        for k, row in enumerate(rows.tolist()):
+            p = _profile(profiles, user_ids, row) or UserProfile()
+            n = len(p.items)
+            kinds = p.events if p.events is not None else [None] * n
+            times = p.ts if p.ts is not None else [None] * n
+            if len(kinds) != n or len(times) != n:
+                raise ValueError(f"profile of {user_ids[row]!r}: items, events and ts differ in length")
+            for item, kind, t in zip(p.items, kinds, times, strict=True):
+                if kind is not None and kind not in ev:
+                    continue  # impressions and unknown event types are not evidence of taste
+                log_rows.append(k)
+                items.append(self.item_index.get(item, -1))
+                events.append(ev[kind] if kind is not None else -1)
+                ts.append(float("nan") if t is None else float(t))
+            if p.features:
+                feats[k] = feature_matrix(spec, [p.features])[0]
+            elif int(idx[row]) >= 0:
+                feats[k] = s1.user_features[idx[row]]
+        log = ProfileLog(
+            rows.numel(),
+            torch.tensor(log_rows, dtype=torch.int64),
+            torch.tensor(items, dtype=torch.int64),
+            torch.tensor(events, dtype=torch.int64),
+            torch.tensor(ts, dtype=torch.float64),
+        )
+        evidence = (torch.bincount(log.row, minlength=rows.numel()) > 0) | (feats.abs().sum(1) > 0)
+        if not bool(evidence.any()):
+            return
+        items_all = torch.cat([self.item[b] for b in self.branches], 1)
+        pred = s1.split(s1.user_vectors(log, feats, items_all, self.item_seen))
+        for b in self.branches:
+            out[b][rows[evidence]] = pred[b][evidence]
+
     def item_vectors(self, item_ids: Sequence[str]) -> tuple[dict[str, torch.Tensor], np.ndarray]:
         """Vectors of the items (branch -> [N, d]) and their cold flags [N] bool."""
+        out, cold, _ = self._item_vectors(item_ids)
+        return out, cold
+
+    @torch.no_grad()
+    def _item_vectors(
+        self, item_ids: Sequence[str]
+    ) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray]:
+        """``item_vectors`` and [N] bool: cold items placed by the attribute map."""
         idx = torch.tensor([self.item_index.get(i, -1) for i in item_ids], dtype=torch.int64)
         known = idx >= 0
         known[known.clone()] = self.item_seen[idx[known]]
+        mapped = (idx >= 0) & ~known if self.stage1 is not None else torch.zeros_like(known)
         out = {}
+        pred = self.stage1.split(self.stage1.item_vectors(idx[mapped])) if bool(mapped.any()) else {}
         for b in self.branches:
             v = self.mean_item[b].expand(len(item_ids), -1).clone()
             v[known] = self.item[b][idx[known]]
+            if pred:
+                v[mapped] = pred[b]
             out[b] = v
-        return out, (~known).numpy()
+        return out, (~known).numpy(), mapped.numpy()
 
     # -- scoring --------------------------------------------------------------------------
     @torch.no_grad()
@@ -162,8 +253,9 @@ class RewardModel:
         """Scores of the pairs (user_ids[k], item_ids[k]); every value is [N].
 
         Returns ``interest``, ``conformity``, ``click`` (float32) and ``cold``,
-        ``cold_user``, ``cold_item`` (bool). ``profiles``: recent item ids of users the
-        model has not seen, aligned with ``user_ids`` or keyed by user id.
+        ``cold_user``, ``cold_item`` (bool). ``profiles``: what is known of users the model
+        has not trained on (``UserProfile``, its dict form, or a list of recent item ids),
+        aligned with ``user_ids`` or keyed by user id.
         """
         if len(user_ids) != len(item_ids):
             raise ValueError(
@@ -209,7 +301,8 @@ class RewardModel:
         if width == 0:
             return np.zeros(b)
         flat = [i for s in slates for i in s]
-        iv, icold = self.item_vectors(flat)
+        iv, icold, mapped = self._item_vectors(flat)
+        neutral = icold & ~mapped
         lengths = torch.tensor([len(s) for s in slates])
         rows = torch.repeat_interleave(torch.arange(b), lengths)
         cols = torch.cat([torch.arange(n) for n in lengths.tolist()])
@@ -218,7 +311,7 @@ class RewardModel:
         lo = torch.searchsorted(ref, scores.nan_to_num(0.0).contiguous(), right=False)
         hi = torch.searchsorted(ref, scores.nan_to_num(0.0).contiguous(), right=True)
         pct = (lo + hi).double() / (2.0 * ref.shape[1])
-        pct[rows[torch.from_numpy(icold)], cols[torch.from_numpy(icold)]] = 0.5  # cold item: neutral
+        pct[rows[torch.from_numpy(neutral)], cols[torch.from_numpy(neutral)]] = 0.5  # no evidence: neutral
         disc = 1.0 / torch.log2(torch.arange(width, dtype=torch.float64) + 2.0)
         mask = torch.zeros(b, width, dtype=torch.float64)
         mask[rows, cols] = 1.0
@@ -239,9 +332,13 @@ def _positions(uniq: list[str], ids: Sequence[str]) -> list[int]:
     return [pos[u] for u in ids]
 
 
-def _profile(profiles: Profiles, user_ids: Sequence[str], row: int) -> Sequence[str] | None:
+def _profile(profiles: Profiles, user_ids: Sequence[str], row: int) -> UserProfile | None:
+    """The profile of ``user_ids[row]`` as a ``UserProfile`` (a bare list of item ids: its items)."""
     if profiles is None:
         return None
-    if isinstance(profiles, Mapping):
-        return profiles.get(user_ids[row])
-    return profiles[row]
+    p = profiles.get(user_ids[row]) if isinstance(profiles, Mapping) else profiles[row]
+    if p is None or isinstance(p, UserProfile):
+        return p
+    if isinstance(p, Mapping):
+        return UserProfile.model_validate(p)
+    return UserProfile(items=list(p))

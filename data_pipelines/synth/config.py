@@ -44,6 +44,11 @@ class SynthConfig(BaseModel):
     n_regions: int = Field(8, ge=1)
     region_weight: float = Field(0.3, ge=0, le=1, description="Share of interest variance set by region.")
     age_weight: float = Field(0.2, ge=0, le=1, description="Share of interest variance set by age band.")
+    # Observable projections of the interest vector: features p0..p{k-1} = u.w_j / sqrt(dim) + noise
+    interest_features: int = Field(
+        0, ge=0, description="Numeric user features that are noisy projections of u (0: none, the default)."
+    )
+    interest_feature_noise: float = Field(1.0, ge=0, description="Noise sd of each projection (signal sd 1).")
     # Conformity c_u ~ Gamma(shape, scale)
     conformity_shape: float = Field(2.0, gt=0)
     conformity_scale: float = Field(0.25, gt=0)
@@ -98,5 +103,8 @@ class SynthConfig(BaseModel):
 
     def digest(self) -> str:
         """A short stable hash of the config and generator version (for provenance)."""
-        blob = json.dumps({"v": GENERATOR_VERSION, **self.model_dump(mode="json")}, sort_keys=True)
+        fields = self.model_dump(mode="json")
+        if not self.interest_features:  # added later, off: digests of earlier configs stay as they were
+            del fields["interest_features"], fields["interest_feature_noise"]
+        blob = json.dumps({"v": GENERATOR_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

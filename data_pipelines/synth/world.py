@@ -66,6 +66,7 @@ class World:
     price: np.ndarray  # [n_items] float64
     category_names: list[str]
     attribute_names: list[str]
+    projections: np.ndarray  # [n_users, interest_features] float64, observable noisy projections of u
 
     def interest(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """True interest s(u, i) = u . v_i / sqrt(dim) for index pairs; [N] float64."""
@@ -81,8 +82,10 @@ class World:
                 "region": region.gather(self.region),
                 "device": pl.Series(DEVICES).gather(self.device),
             }
+            | {f"p{j}": np.round(self.projections[:, j], 3) for j in range(self.projections.shape[1])}
         )
-        return flat.select("user_id", features_expr(["age_band", "region", "device"]).alias("features"))
+        cols = [c for c in flat.columns if c != "user_id"]
+        return flat.select("user_id", features_expr(cols).alias("features"))
 
     def items_frame(self) -> pl.DataFrame:
         """Canonical items side table: item_id, category, attributes (list[str]), price."""
@@ -139,6 +142,15 @@ def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.
     price = np.round(np.exp(log_mu[category] + cfg.price_item_sd * rng_items.standard_normal(n_items)), 2)
     price = np.maximum(price, 0.01)
 
+    # Own stream (child 8 of the seed; generate's streams are children 0-7), drawn only when asked
+    # for, so the default world and logs are unchanged.
+    k = cfg.interest_features
+    projections = np.zeros((n_users, 0))
+    if k:
+        rng = np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(9)[8])
+        w = rng.standard_normal((d, k))
+        projections = u @ w / np.sqrt(d) + cfg.interest_feature_noise * rng.standard_normal((n_users, k))
+
     return World(
         user_ids=ids("u", n_users),
         item_ids=ids("i", n_items),
@@ -153,4 +165,5 @@ def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.
         price=price,
         category_names=names(CATEGORY_NAMES, "c", cfg.n_categories),
         attribute_names=names(ATTRIBUTE_NAMES, "a", cfg.n_attributes),
+        projections=projections,
     )

@@ -222,7 +222,9 @@ class Stage:
             parent = self.registry.resolve(self.kind, lineage.parent).name
             lineage = lineage.model_copy(update={"parent": parent})
         if lineage.reward is not None:
-            lineage = lineage.model_copy(update={"reward": self.registry.resolve("reward", lineage.reward).name})
+            lineage = lineage.model_copy(
+                update={"reward": self.registry.resolve("reward", lineage.reward).name}
+            )
         self.write_json(LINEAGE, lineage.model_dump(mode="json"))
         if self.metrics is not None:
             self.write_json(METRICS, compose_metrics(self.metrics, lineage))

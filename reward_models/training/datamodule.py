@@ -97,6 +97,11 @@ class RewardDataModule(pl.LightningDataModule):
         b = self.cfg.eval.batch_users
         return UserChunks([torch.from_numpy(users[s : s + b]) for s in range(0, users.size, b)])
 
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        if device.type == "cpu":  # the stream's tensors are already there: skip walking the batch
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def state_dict(self) -> dict[str, Any]:
         return {"stream": self.stream.state_dict()} if self.stream is not None else {}
 

@@ -58,6 +58,7 @@ class FitResult:
     epochs: int
     steps: int
     train_seconds: float
+    train_cpu_seconds: float  # process CPU time (every thread): less disturbed by other jobs than wall time
     triples: int
     run_dir: Path
     logs: Path | None
@@ -105,15 +106,15 @@ class BestWeights(Callback):
 
 
 class Throughput(Callback):
-    """Training time without validation, and triples trained (all ranks together)."""
+    """Training time without validation (wall and process CPU), and triples trained (all ranks together)."""
 
     def __init__(self) -> None:
-        self.seconds, self.triples = 0.0, 0
-        self._t0: float | None = None
+        self.seconds, self.cpu_seconds, self.triples = 0.0, 0.0, 0
+        self._t0: tuple[float, float] | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._t0 is None:
-            self._t0 = time.perf_counter()
+            self._t0 = (time.perf_counter(), time.process_time())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.triples += round(float(batch["norm"]) * trainer.world_size)
@@ -126,7 +127,8 @@ class Throughput(Callback):
 
     def _stop(self) -> None:
         if self._t0 is not None:
-            self.seconds += time.perf_counter() - self._t0
+            self.seconds += time.perf_counter() - self._t0[0]
+            self.cpu_seconds += time.process_time() - self._t0[1]
             self._t0 = None
 
 
@@ -190,18 +192,24 @@ def make_trainer(cfg: RewardConfig, run_dir: Path, callbacks: list[Callback]) ->
 
 
 def fit(
-    cfg: RewardConfig, data: RewardData, run_dir: str | Path, *, resume: str | Path | None = None
+    cfg: RewardConfig,
+    data: RewardData,
+    run_dir: str | Path,
+    *,
+    resume: str | Path | None = None,
+    profile: torch.Tensor | None = None,
 ) -> FitResult:
     """Train on ``data`` (a split) with ``cfg``; logs and checkpoints under ``run_dir``.
 
     ``resume``: a checkpoint (``RUN/checkpoints/last.ckpt``) to continue from exactly.
+    ``profile``: stage-1 profiles z [n_users, D] for the ``stage1.link`` (None: no link).
     """
     run_dir = Path(run_dir)
     _quiet_lightning()
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     pl.seed_everything(cfg.runtime.seed, workers=False, verbose=False)
-    module = RewardModule(data, cfg)
+    module = RewardModule(data, cfg, profile)
     dm = RewardDataModule(data, cfg)
     best, speed = BestWeights(), Throughput()
     trainer = make_trainer(cfg, run_dir, [best, speed])
@@ -218,6 +226,7 @@ def fit(
         epochs=trainer.current_epoch,
         steps=trainer.global_step,
         train_seconds=speed.seconds,
+        train_cpu_seconds=speed.cpu_seconds,
         triples=speed.triples,
         run_dir=run_dir,
         logs=logs if logs.is_file() else None,

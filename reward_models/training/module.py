@@ -11,7 +11,6 @@ datamodule's state), as plain lists and tensors: loadable with
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,8 @@ from reward_models.curriculum import Curriculum
 from reward_models.data import RewardData
 from reward_models.losses import StepWeights, dice_loss, discrepancy
 from reward_models.model import CausalEmbeddings, normalized_adjacency
+from reward_models.profile.fit import link_init
+from reward_models.rng import rng_state, set_rng_state
 
 MONITOR = "valid/ndcg@10"
 VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
@@ -48,52 +49,37 @@ def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
     )
 
 
-def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch global RNG states as weights_only-loadable values."""
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": list(random.getstate()[1]),
-        "python_gauss": random.getstate()[2],
-        "numpy_key": torch.from_numpy(np.asarray(np_state["state"]["key"], dtype=np.int64)),
-        "numpy_pos": int(np_state["state"]["pos"]),
-        "numpy_gauss": [int(np_state["has_gauss"]), float(np_state["gauss"])],
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_state(s: dict[str, Any]) -> None:
-    random.setstate((3, tuple(int(x) for x in s["python"]), s["python_gauss"]))
-    np.random.set_state(
-        {
-            "bit_generator": "MT19937",
-            "state": {"key": s["numpy_key"].numpy().astype(np.uint32), "pos": int(s["numpy_pos"])},
-            "has_gauss": int(s["numpy_gauss"][0]),
-            "gauss": float(s["numpy_gauss"][1]),
-        }
-    )
-    torch.set_rng_state(s["torch"])
-
-
 class RewardModule(pl.LightningModule):
     """Trains ``CausalEmbeddings`` on ``TripleStream`` batches; see the module docstring."""
 
-    def __init__(self, data: RewardData, cfg: RewardConfig) -> None:
+    def __init__(self, data: RewardData, cfg: RewardConfig, profile: torch.Tensor | None = None) -> None:
+        """``profile``: stage-1 profiles z [n_users, D] that shape the user rows (``stage1.link``)."""
         super().__init__()
         self.cfg, self.data = cfg, data
         self.model = build_model(data, cfg)
+        link = cfg.stage1.link if cfg.stage1.enabled and profile is not None else "none"
+        self.profile_map: torch.nn.Linear | None = None
+        if link == "init":
+            width, std = self.model.user.shape[1], cfg.model.init_std
+            with torch.no_grad():
+                self.model.user.copy_(link_init(profile, width, std, cfg.runtime.seed))
+        elif link == "regularize":  # L2 pull of each user row towards a learned linear map of its profile
+            self.register_buffer("profile", profile.float(), persistent=False)
+            self.profile_map = torch.nn.Linear(profile.shape[1], self.model.user.shape[1])
         s, m = cfg.sampler, cfg.model
         self.curriculum = Curriculum(s.margin, s.margin_decay, m.weights.int, m.weights.con, s.loss_decay)
         self._val: dict[str, torch.Tensor] = {}
         self._item_click: torch.Tensor | None = None
         self._user_click: torch.Tensor | None = None
         self._seen_items = torch.from_numpy(data.seen_items())
-        self._epoch_loss: dict[str, float] = {}
+        self._epoch_loss: tuple[list[str], torch.Tensor] | None = None  # piece names, summed values
         self._epoch_steps = 0
 
     # -- training --------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         t = self.model.tables()
-        scores = self.model(batch["user"], batch["pos"], batch["neg"], tables=t)
+        reg = self.cfg.train.reg > 0
+        scores = self.model(batch["user"], batch["pos"], batch["neg"], tables=t, sq_norm=reg)
         w_int, w_con = self.curriculum.weights_at(int(batch["epoch"]))
         m = self.cfg.model
         disc = None
@@ -101,11 +87,9 @@ class RewardModule(pl.LightningModule):
             su, si = batch.get("sub_user"), batch.get("sub_item")
             if su is None:  # dCor off in the stream (never for dcor): use the batch's own rows
                 su, si = batch["user"], torch.cat([batch["pos"], batch["neg"]])
-            pairs = [
-                (t.user["interest"][su], t.user["conformity"][su]),
-                (t.item["interest"][si], t.item["conformity"][si]),
-            ]
-            disc = discrepancy(m.discrepancy, pairs)
+            d = self.model.dim  # one gather per side; columns [0, d) interest, [d, 2d) conformity
+            ur, ir = t.user_all.index_select(0, su), t.item_all.index_select(0, si)
+            disc = discrepancy(m.discrepancy, [(ur[:, :d], ur[:, d:]), (ir[:, :d], ir[:, d:])])
         loss, pieces = dice_loss(
             scores,
             batch["neg_more_popular"],
@@ -118,10 +102,17 @@ class RewardModule(pl.LightningModule):
             disc=disc,
             norm=float(batch["norm"]),
         )
-        for k, v in pieces.items():
-            self._epoch_loss[k] = self._epoch_loss.get(k, 0.0) + float(v)
+        if self.profile_map is not None:
+            u = batch["user"]
+            link = ((t.user_all[u] - self.profile_map(self.profile[u])) ** 2).sum(1).mean()
+            loss = loss + self.cfg.stage1.link_weight * link
+            pieces["link"], pieces["loss"] = link.detach(), loss.detach()
+        # Summed as one tensor, read once per epoch: no per-step host sync or per-step logging.
+        step = torch.stack(list(pieces.values()))
+        self._epoch_loss = (list(pieces), step if self._epoch_loss is None else self._epoch_loss[1] + step)
         self._epoch_steps += 1
-        self.log("loss", pieces["loss"], prog_bar=True, logger=False, on_step=True, on_epoch=False)
+        if self.cfg.train.progress_bar:
+            self.log("loss", pieces["loss"], prog_bar=True, logger=False, on_step=True, on_epoch=False)
         # Marked here, not in on_train_batch_end: callbacks (a step checkpoint) run before that hook.
         dm = self._trainer.datamodule if self._trainer is not None else None
         if dm is not None and getattr(dm, "stream", None) is not None:
@@ -133,16 +124,18 @@ class RewardModule(pl.LightningModule):
             raise FloatingPointError(f"loss is {float(outputs['loss'])} at step {self.global_step}")
 
     def on_train_epoch_end(self) -> None:
-        if self._epoch_steps:
-            for k, v in self._epoch_loss.items():
-                self.log(f"train/{k}", v / self._epoch_steps, on_epoch=True, sync_dist=True)
+        if self._epoch_steps and self._epoch_loss is not None:
+            keys, sums = self._epoch_loss
+            for k, v in zip(keys, (sums / self._epoch_steps).tolist(), strict=True):
+                self.log(f"train/{k}", v, on_epoch=True, sync_dist=True)
             epoch = self.current_epoch
             self.log("train/margin", float(self.curriculum.margin_at(epoch)), sync_dist=True)
-        self._epoch_loss, self._epoch_steps = {}, 0
+        self._epoch_loss, self._epoch_steps = None, 0
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         t = self.cfg.train
-        return torch.optim.Adam(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        # fused: one kernel over all parameters (the foreach default is several passes per step)
+        return torch.optim.Adam(self.parameters(), lr=t.lr, weight_decay=t.weight_decay, fused=True)
 
     # -- validation --------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

@@ -28,8 +28,11 @@ from reward_models.curriculum import Curriculum
 from reward_models.sampler import PopularityNegativeSampler, Triples
 
 
-def _subsample(x: Tensor, n: int, g: torch.Generator) -> Tensor:
-    u = torch.unique(x)
+def _subsample(x: Tensor, size: int, n: int, g: torch.Generator) -> Tensor:
+    """``n`` random distinct values of x (indices below ``size``), all of them when fewer."""
+    present = torch.zeros(size, dtype=torch.bool)
+    present[x] = True  # sorted distinct values without torch.unique's sort of the whole batch
+    u = present.nonzero().squeeze(1)
     return u if u.shape[0] <= n else u[torch.randperm(u.shape[0], generator=g)[:n]]
 
 
@@ -61,8 +64,7 @@ class TripleStream:
         self.sampler, self.curriculum, self.batch_size = sampler, curriculum, batch_size
         self.seed, self.rank, self.world, self.dcor_sample = seed, rank, world, dcor_sample
         self.click_correction = click_correction
-        self._pop = sampler.pop.to(torch.float64)
-        self._sorted_pop = torch.sort(self._pop).values
+        self._weights: tuple[float, tuple[Tensor, Tensor]] | None = None
         self.epoch = 0  # the epoch the next __iter__ draws
         self._start: dict[int, Tensor] = {0: sampler.generator.get_state()}
         self._skip = 0
@@ -111,8 +113,8 @@ class TripleStream:
             g = torch.Generator().manual_seed(
                 ((self.seed * 1_000_003 + epoch) * 1_000_003 + index) % (1 << 63)
             )
-            out["sub_user"] = _subsample(t.user, self.dcor_sample, g)
-            out["sub_item"] = _subsample(torch.cat([t.pos, t.neg]), self.dcor_sample, g)
+            out["sub_user"] = _subsample(t.user, self.sampler.n_users, self.dcor_sample, g)
+            out["sub_item"] = _subsample(torch.cat([t.pos, t.neg]), self.sampler.n_items, self.dcor_sample, g)
         if self.click_correction:
             out["click_weight"] = self._click_weight(t, margin)[lo:hi]
         out |= {"norm": n / self.world, "epoch": epoch, "index": index, "margin": margin}
@@ -129,16 +131,26 @@ class TripleStream:
         conformity terms keep the sampler's triples unweighted). One-sided and fallback
         triples keep w = 1.
         """
-        p = self._pop[t.pos]
-        n_less = torch.searchsorted(self._sorted_pop, p - margin, right=False).to(torch.float64)
-        n_more = (
-            self._sorted_pop.shape[0] - torch.searchsorted(self._sorted_pop, p + margin, right=True)
-        ).to(torch.float64)
-        both = (n_less > 0) & (n_more > 0) & ~t.fallback
+        w_more, w_less = self._side_weights(margin)
+        w = torch.where(t.neg_more_popular, w_more.index_select(0, t.pos), w_less.index_select(0, t.pos))
+        return w.masked_fill_(t.fallback, 1.0)
+
+    def _side_weights(self, margin: float) -> tuple[Tensor, Tensor]:
+        """Per item [n_items] float32: the click weight of a more / less popular negative at ``margin``
+        (cached: an epoch has one margin)."""
+        if self._weights is not None and self._weights[0] == margin:
+            return self._weights[1]
+        plan = self.sampler.side_plan(margin)
+        n_less = plan.lo_end.to(torch.float64)
+        n_more = (self.sampler.n_items - plan.hi_start).to(torch.float64)
         q_more = n_more / (n_more + n_less).clamp(min=1.0)
         pm = self.sampler.p_more
-        w = torch.where(t.neg_more_popular, q_more / max(pm, 1e-12), (1.0 - q_more) / max(1.0 - pm, 1e-12))
-        return torch.where(both, w, torch.ones_like(w)).to(torch.float32)
+        both = (n_less > 0) & (n_more > 0)
+        one = torch.ones_like(q_more)
+        w_more = torch.where(both, q_more / max(pm, 1e-12), one).to(torch.float32)
+        w_less = torch.where(both, (1.0 - q_more) / max(1.0 - pm, 1e-12), one).to(torch.float32)
+        self._weights = (margin, (w_more, w_less))
+        return w_more, w_less
 
     def mark_consumed(self, epoch: int, index: int) -> None:
         """Called after a batch was trained on (not when it was fetched: loaders prefetch)."""

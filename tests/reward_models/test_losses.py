@@ -26,16 +26,17 @@ def ls(x: float) -> float:
 
 
 def scores(p_int, n_int, p_con=None, n_con=None) -> BatchScores:
-    pos, neg = {"interest": torch.tensor(p_int)}, {"interest": torch.tensor(n_int)}
+    """BatchScores of triples from per-branch positive and negative scores."""
+    diff = {"interest": torch.tensor(p_int) - torch.tensor(n_int)}
     if p_con is not None:
-        pos["conformity"], neg["conformity"] = torch.tensor(p_con), torch.tensor(n_con)
-    return BatchScores(pos, neg, rows={})
+        diff["conformity"] = torch.tensor(p_con) - torch.tensor(n_con)
+    return BatchScores(diff)
 
 
 def test_bpr_by_hand():
-    got = bpr(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]))
+    got = bpr(torch.tensor([1.0, 0.0]))
     assert got.item() == pytest.approx(-(ls(1.0) + ls(0.0)) / 2)
-    w = bpr(torch.tensor([2.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([0.5, 2.0]), norm=4.0)
+    w = bpr(torch.tensor([2.0, -1.0]), torch.tensor([0.5, 2.0]), norm=4.0)
     assert w.item() == pytest.approx(-(0.5 * ls(2.0) + 2.0 * ls(-1.0)) / 4)
 
 
@@ -85,7 +86,7 @@ def test_sum_over_shards_equals_the_global_batch():
     full, _ = dice_loss(s, more, weights=w)
 
     def part(sl):
-        sub = BatchScores({k: v[sl] for k, v in s.pos.items()}, {k: v[sl] for k, v in s.neg.items()}, {})
+        sub = BatchScores({k: v[sl] for k, v in s.diff.items()})
         return dice_loss(sub, more[sl], weights=w, norm=n / 2)[0]
 
     assert ((part(slice(0, 5)) + part(slice(5, 10))) / 2).item() == pytest.approx(full.item(), rel=1e-6)
@@ -136,3 +137,53 @@ def test_none_and_unknown():
     assert DISCREPANCIES["none"](torch.ones(3, 2), torch.ones(3, 2)).item() == 0.0
     with pytest.raises(ValueError, match="unknown discrepancy"):
         discrepancy("cosine", [(torch.ones(3, 2), torch.ones(3, 2))])
+
+
+def plain_dcor(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dCor² written as plain autograd ops (the formula the closed-form backward must match)."""
+
+    def centred(z: torch.Tensor) -> torch.Tensor:
+        sq = (z * z).sum(-1)
+        d2 = (sq[:, None] + sq[None, :] - 2.0 * z @ z.T).clamp(min=1e-12)
+        d = d2.sqrt() * (1.0 - torch.eye(z.shape[0], dtype=z.dtype))
+        return d - d.mean(0, keepdim=True) - d.mean(1, keepdim=True) + d.mean()
+
+    a, b = centred(x), centred(y)
+    return ((a * b).mean() / ((a * a).mean() * (b * b).mean()).sqrt().clamp(min=1e-12)).clamp(0.0, 1.0)
+
+
+def test_distance_correlation_gradient_is_the_plain_autograd_one():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(30, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    y = (x.detach()[:, :3] ** 2 + torch.randn(30, 3, dtype=torch.float64, generator=g)).requires_grad_()
+    got = distance_correlation(x, y)
+    got.backward()
+    gx, gy = x.grad.clone(), y.grad.clone()
+    x.grad = y.grad = None
+    want = plain_dcor(x, y)
+    want.backward()
+    assert got.item() == pytest.approx(want.item(), rel=1e-12)
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gy, y.grad)  # different widths (5 and 3): zero-padded columns
+    assert torch.autograd.gradcheck(distance_correlation, (x, y))
+
+
+def test_discrepancy_batches_pairs_of_one_shape():
+    """Users and items of one size go through one stacked call: the same mean as one call each."""
+    g = torch.Generator().manual_seed(4)
+    pairs = [(torch.randn(12, 4, generator=g), torch.randn(12, 4, generator=g)) for _ in range(2)]
+    for kind in ("dcor", "l2", "orthogonal"):
+        want = sum(DISCREPANCIES[kind](a, b) for a, b in pairs) / 2
+        assert discrepancy(kind, pairs).item() == pytest.approx(want.item(), rel=1e-5)
+    mixed = [pairs[0], (pairs[1][0][:7], pairs[1][1][:7])]
+    want = (plain_dcor(*mixed[0]) + plain_dcor(*mixed[1])) / 2
+    assert discrepancy("dcor", mixed).item() == pytest.approx(want.item(), rel=1e-5)
+
+
+def test_reg_needs_the_squared_norms():
+    with pytest.raises(ValueError, match="sq_norm"):
+        dice_loss(scores([1.0], [0.0]), torch.tensor([True]), weights=StepWeights(0, 0, 0, reg=0.1))
+    s = BatchScores({"interest": torch.tensor([1.0])}, sq_norm=torch.tensor(4.0))
+    total, pieces = dice_loss(s, torch.tensor([True]), weights=StepWeights(0, 0, 0, reg=0.5), norm=2.0)
+    assert pieces["loss/reg"].item() == pytest.approx(2.0)
+    assert total.item() == pytest.approx(-ls(1.0) / 2 + 0.5 * 2.0)

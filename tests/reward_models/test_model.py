@@ -1,11 +1,13 @@
-"""Causal embeddings: LightGCN propagation against a dense reference, scores, export."""
+"""Causal embeddings: LightGCN propagation against a dense reference, scores, fused score gradients, export."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from reward_models.model import CausalEmbeddings, normalized_adjacency, propagate
+from reward_models.model.embeddings import CHUNK, _PairDifference
 
 
 def dense_reference(user, item, n_users, n_items, emb, layers):
@@ -53,7 +55,7 @@ def test_lightgcn_model_tables_and_gradients():
         ref = dense_reference(user, item, 3, 3, e0, 2)
         np.testing.assert_allclose(torch.cat([t.user[b], t.item[b]]).detach().numpy(), ref, atol=1e-5)
     s = m(torch.tensor([0, 1]), torch.tensor([0, 2]), torch.tensor([1, 1]))
-    (s.click("pos") - s.click("neg")).sum().backward()
+    s.click.sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
 
 
@@ -63,9 +65,44 @@ def test_click_is_interest_plus_conformity_and_export():
     s = m(u, i, j)
     exp = m.export()
     assert set(exp) == {"user_interest", "item_interest", "user_conformity", "item_conformity"}
-    want = (exp["user_interest"][u] * exp["item_interest"][i]).sum(-1) + (
-        exp["user_conformity"][u] * exp["item_conformity"][i]
-    ).sum(-1)
-    torch.testing.assert_close(s.click("pos").detach(), want)
+
+    def branch(b: str, items: torch.Tensor) -> torch.Tensor:
+        return (exp[f"user_{b}"][u] * exp[f"item_{b}"][items]).sum(-1)
+
+    for b in ("interest", "conformity"):
+        torch.testing.assert_close(s.diff[b].detach(), branch(b, i) - branch(b, j))
+    want = branch("interest", i) + branch("conformity", i) - branch("interest", j) - branch("conformity", j)
+    torch.testing.assert_close(s.click.detach(), want)
     mf = CausalEmbeddings(4, 5, 3, disentangle=False)
     assert set(mf.export()) == {"user_interest", "item_interest"} and not mf.disentangled
+
+
+@pytest.mark.parametrize("n", [7, CHUNK + 3])  # one chunk, and a chunk boundary
+def test_pair_difference_gradients_match_plain_autograd(n):
+    """The fused, chunked score difference equals the plain gather-multiply-sum graph, values and
+    table gradients (repeated users and items in the batch accumulate)."""
+    g = torch.Generator().manual_seed(0)
+    users = torch.randn(6, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    items = torch.randn(9, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    u, i, j = (torch.randint(0, k, (n,), generator=g) for k in (6, 9, 9))
+    w = torch.randn(n, 2, dtype=torch.float64, generator=g)
+    got = _PairDifference.apply(users, items, u, i, j, 2)
+    (got * w).sum().backward()
+    g_users, g_items = users.grad.clone(), items.grad.clone()
+    users.grad = items.grad = None
+    want = (users[u] * (items[i] - items[j])).view(n, 2, 4).sum(-1)
+    (want * w).sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(g_users, users.grad)
+    torch.testing.assert_close(g_items, items.grad)
+    if n < 20:
+        assert torch.autograd.gradcheck(lambda a, b: _PairDifference.apply(a, b, u, i, j, 2), (users, items))
+
+
+def test_squared_norms_of_the_rows():
+    m = CausalEmbeddings(4, 5, 3, generator=torch.Generator().manual_seed(2))
+    u, i, j = torch.tensor([0, 0]), torch.tensor([1, 4]), torch.tensor([2, 2])
+    s = m(u, i, j, sq_norm=True)
+    want = sum(float((x * x).sum()) for x in (m.user[u].detach(), m.item[i].detach(), m.item[j].detach()))
+    assert s.sq_norm is not None and s.sq_norm.item() == pytest.approx(want)
+    assert m(u, i, j).sq_norm is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 import torch
 
 from reward_models.curriculum import Curriculum
@@ -68,3 +69,31 @@ def test_resume_mid_epoch_and_at_epoch_end_is_exact():
         assert (nxt["epoch"], nxt["index"]) == (want["epoch"], want["index"])
         for k in KEYS:
             torch.testing.assert_close(nxt[k], want[k])
+
+
+def test_click_weights_turn_the_side_choice_back_into_uniform_negatives():
+    """w = q / p_more on the more popular side, (1 - q) / (1 - p_more) on the other, where q is the
+    share of the catalogue beyond the margin that lies on the more popular side (by brute force)."""
+    s = stream(batch=100)
+    s.click_correction = True
+    pop = s.sampler.pop.numpy()
+    for b in s:
+        margin = b["margin"]
+        for k in range(len(b["user"])):
+            p_i = pop[int(b["pos"][k])]
+            n_more, n_less = (pop > p_i + margin).sum(), (pop < p_i - margin).sum()
+            if b["fallback"][k] or n_more == 0 or n_less == 0:
+                want = 1.0
+            else:
+                q = n_more / (n_more + n_less)
+                want = q / 0.5 if b["neg_more_popular"][k] else (1 - q) / 0.5
+            assert float(b["click_weight"][k]) == pytest.approx(want, rel=1e-6)
+
+
+def test_dcor_subsample_is_distinct_rows_of_the_batch():
+    for b in stream(batch=40, dcor=8):
+        for key, source in (("sub_user", b["user"]), ("sub_item", torch.cat([b["pos"], b["neg"]]))):
+            sub = b[key]
+            distinct = torch.unique(source)
+            assert sub.numel() == min(8, distinct.numel()) and torch.unique(sub).numel() == sub.numel()
+            assert torch.isin(sub, distinct).all()
