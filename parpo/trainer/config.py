@@ -36,7 +36,7 @@ class PolicyTrainConfig(StrictModel):
     policy: NativePolicyConfig = NativePolicyConfig()
     advantage: AdvantageConfig = AdvantageConfig()
     loss: LossConfig = LossConfig()
-    optim: OptimConfig = OptimConfig(lr=1e-3, weight_decay=0.0)
+    optim: OptimConfig = OptimConfig(lr=3e-3, weight_decay=0.0)
     train: TrainLoopConfig = TrainLoopConfig()
 
     @model_validator(mode="after")
