@@ -294,9 +294,14 @@ class RewardModel:
             return np.zeros(0)
         if profiles is not None and not isinstance(profiles, Mapping):
             profiles = {u: p for u, p in zip(user_ids, profiles, strict=True)}
-        uv, _ = self.user_vectors(list(user_ids), profiles)
-        u = uv["interest"]  # [B, d]
-        ref = torch.sort(u @ self.item["interest"][self.reference].T, dim=1).values  # [B, R]
+        # The reference scores are sorted once per distinct user (G rollouts of a task share one).
+        uniq = list(dict.fromkeys(user_ids))
+        inverse = torch.tensor(_positions(uniq, user_ids), dtype=torch.int64)
+        uv, _ = self.user_vectors(uniq, profiles)
+        u = uv["interest"][inverse]  # [B, d]
+        ref = torch.sort(uv["interest"] @ self.item["interest"][self.reference].T, dim=1).values[
+            inverse
+        ]  # [B, R]
         width = max((len(s) for s in slates), default=0)
         if width == 0:
             return np.zeros(b)
