@@ -14,6 +14,7 @@ import typer
 from data_pipelines.errors import UserError
 from parpo.cli.data import app as data_app
 from parpo.cli.demo import demo
+from parpo.cli.eval import app as eval_app
 from parpo.cli.policy import app as policy_app
 from parpo.cli.registry import app as registry_app
 from parpo.cli.reward import app as reward_app
@@ -31,6 +32,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(reward_app, name="reward")
 app.add_typer(policy_app, name="policy")
 app.add_typer(registry_app, name="registry")
+app.add_typer(eval_app, name="eval")
 app.command("demo")(demo)
 
 

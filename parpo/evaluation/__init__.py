@@ -1,2 +1,3 @@
-"""Offline evaluation of policies: held-out tasks against the reference agents (``policy_eval``);
-off-policy estimators and reports come with the offline-evaluation issue."""
+"""Offline evaluation of policies: held-out tasks against the reference agents (``policy_eval``)
+and off-policy estimators over logged bandit feedback with bootstrap intervals and overlap
+diagnostics (``ope/``, docs/evaluation.md). Policy comparison and reports come later."""

@@ -1,0 +1,101 @@
+"""``parpo eval``: offline evaluation on logged data (off-policy estimators with intervals).
+
+Heavy imports (polars, scikit-learn) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(help="Evaluate policies offline on logged data.", no_args_is_help=True)
+
+OBD_POLICIES = ("uniform", "obd-bts")
+
+
+@app.command()
+def ope(
+    logs: Annotated[Path, typer.Option("--logs", "-l", help="Dataset folder with logged impressions (OBD).")],
+    policy: Annotated[
+        str,
+        typer.Option("--policy", "-p", help="Evaluated policy: uniform, obd-bts, or a registry version."),
+    ],
+    registry: Annotated[
+        Path | None, typer.Option("--registry", "-r", help="Registry holding --policy when it is a version.")
+    ] = None,
+    prior: Annotated[
+        Path | None,
+        typer.Option(
+            "--prior", help="obd-bts: the Thompson-sampling prior, prior_bts.yaml of the OBD folder."
+        ),
+    ] = None,
+    n_boot: Annotated[
+        int, typer.Option("--n-boot", min=2, help="Bootstrap resamples (shared by all).")
+    ] = 500,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and resamples.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per estimator and campaign.")
+    ] = False,
+) -> None:
+    """Estimate a policy's click rate from the other policy's logs with replay, IPS, SNIPS, DM, DR,
+    SwitchDR and DRos (95% bootstrap intervals), next to its on-policy click rate."""
+    from data_pipelines.errors import UserError
+
+    if policy not in OBD_POLICIES:
+        if registry is None:
+            raise UserError(
+                f"--policy {policy!r}: choose {' or '.join(OBD_POLICIES)}, or a version with --registry"
+            )
+        raise UserError(
+            f"--policy {policy!r}: registry policies are not yet supported for OBD logs (OBD has no users); "
+            f"use {' or '.join(OBD_POLICIES)}"
+        )
+    if policy == "obd-bts" and (prior is None or not prior.is_file()):
+        raise UserError(
+            f"--policy obd-bts needs --prior PATH (prior_bts.yaml of the Open Bandit Dataset folder); got {prior}"
+        )
+    from parpo.cli.console import console
+    from parpo.evaluation.ope.obd import CAMPAIGNS, evaluate_obd
+
+    for campaign in CAMPAIGNS:
+        result = evaluate_obd(logs, policy, campaign, prior, n_boot=n_boot, seed=seed)
+        if as_json:
+            for row in result["rows"]:
+                typer.echo(json.dumps({**row, "overlap": result["overlap"]}))
+            continue
+        _print(console, campaign, result)
+
+
+def _print(console: Any, campaign: str, result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    first, ov = result["rows"][0], result["overlap"]
+    t = Table(
+        title=f"{first['evaluated']} on {campaign}, from {first['n_logs']:,} {first['logs']} rows "
+        f"(95% intervals, B = {first['n_boot']})",
+        title_justify="left",
+    )
+    for col in ("estimator", "click rate", "interval", "rel. error"):
+        t.add_column(col, justify="left" if col == "estimator" else "right")
+    for r in result["rows"]:
+        t.add_row(
+            r["estimator"],
+            f"{r['estimate']:.5f}",
+            f"[{r['ci_low']:.5f}, {r['ci_high']:.5f}]",
+            f"{r['relative_error']:.2f}",
+        )
+    t.add_row(
+        "on-policy",
+        f"{first['truth']:.5f}",
+        f"[{first['truth_ci_low']:.5f}, {first['truth_ci_high']:.5f}]",
+        f"n={first['n_truth']:,}",
+        style="bold",
+    )
+    console.print(t)
+    console.print(
+        f"overlap: ESS {ov['ess']:,.0f} of {ov['n']:,} rows, weight max {ov['weight_max']:.1f}, "
+        f"q99 {ov['weight_q99']:.2f}, never taken {ov['share_never_taken']:.1%}"
+    )
