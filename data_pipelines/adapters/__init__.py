@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from data_pipelines.adapters import amazon, canonical, coat, movielens, obd, taobao
+from data_pipelines.adapters import amazon, canonical, coat, movielens, obd, parpo_events, taobao
 from data_pipelines.adapters.base import FileSpec, Source
 
 ADAPTERS: dict[str, Callable[..., Source]] = {
@@ -14,6 +14,7 @@ ADAPTERS: dict[str, Callable[..., Source]] = {
     "movielens": movielens.source,
     "coat": coat.source,
     "obd": obd.source,
+    "parpo-events": parpo_events.source,
     "canonical": canonical.source,
 }
 

@@ -20,6 +20,9 @@ from typing import Annotated
 
 import typer
 
+#: Policy updates the demo runs (the `default` preset has 60).
+DEMO_UPDATES = 30
+
 
 def demo(
     out: Annotated[
@@ -52,10 +55,10 @@ def demo(
     policy_over = [o.removeprefix("policy.") for o in overrides or [] if o.startswith("policy.")]
     cfg = _config(config, data_over)
     data = run / "data"
-    console.print(f"1/5 synthesise {cfg.synth.n_users:,} users x {cfg.synth.n_items:,} items -> {data}")
+    console.print(f"1/6 synthesise {cfg.synth.n_users:,} users x {cfg.synth.n_items:,} items -> {data}")
     summary = gen.write(cfg.synth, data, splits=False)
     write_resolved(cfg, run / "config.yaml")
-    console.print("2/5 splits and summary")
+    console.print("2/6 splits and summary")
     _write_splits(data, cfg)
     console.print(summary_table(summary))
     console.print(f"dataset {data} (fingerprint {summary['fingerprint'][:12]})")
@@ -65,7 +68,7 @@ def demo(
     rcfg = load_config("dice", None, ["train.progress_bar=false", *reward_over])
     rcfg.split.seed, rcfg.split.positives = cfg.split.seed, cfg.split.positives
     rcfg.runtime.seed = cfg.runtime.seed
-    console.print(f"3/5 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
+    console.print(f"3/6 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
     outcome = run_training(rcfg, data, run / "registry", run / "reward", None, label="dice")
     if outcome is None:  # a DDP rank other than 0
         return
@@ -74,22 +77,74 @@ def demo(
     from parpo.evaluation.policy_eval import evaluate_policy
     from parpo.trainer.pipeline import train_and_publish
 
-    pcfg = policy_config("default", None, None, ["train.progress_bar=true", *policy_over])
+    # Half the preset's updates keeps the demo's policy training within minutes on 2 cores.
+    pcfg = policy_config(
+        "default", None, None, ["train.progress_bar=true", f"train.updates={DEMO_UPDATES}", *policy_over]
+    )
     t = pcfg.train
     console.print(
-        f"4/5 train a policy with {pcfg.advantage.estimator} ({t.updates} updates x {t.tasks_per_update} tasks x "
+        f"4/6 train a policy with {pcfg.advantage.estimator} ({t.updates} updates x {t.tasks_per_update} tasks x "
         f"G = {t.group_size}) -> {run / 'registry'}"
     )
     trained = train_and_publish(pcfg, data, run / "registry", run_dir=run / "policy", preset="default")
     if trained is None:
         return
     write_resolved(pcfg, run / "policy" / "config.yaml")
-    console.print("5/5 evaluate the policy on held-out tasks (greedy) next to the reference agents")
+    console.print("5/6 evaluate the policy on held-out tasks (greedy) next to the reference agents")
     path, result = evaluate_policy(run / "registry", data, trained.version.name)
     from parpo.cli.policy import print_eval
 
     print_eval(result, path)
+    console.print("6/6 serve the policy on 127.0.0.1, answer one /v1/act call, stop the server")
+    _serve_once(run, _a_user(data))
     console.print(
         f"[green]done[/]: dataset {data}; reward model {outcome.version.label} and policy "
-        f"{trained.version.label} in {run / 'registry'}"
+        f"{trained.version.label} in {run / 'registry'}; served decisions in {run / 'events'}"
     )
+
+
+def _a_user(data: Path) -> str:
+    """A user with training history (the demo's one request)."""
+    from data_pipelines.dataset import Dataset
+
+    return str(Dataset(data).interactions().select("user_id").drop_nulls().head(1).collect().item())
+
+
+def _serve_once(run: Path, user: str, timeout_s: float = 120.0) -> None:
+    """Start the server in a thread (port chosen by the OS), wait until ready, print a curl
+    command and one answer, stop it the graceful way (as on SIGTERM: drain, flush the logs)."""
+    import json
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from data_pipelines.errors import UserError
+    from parpo.cli.console import console
+    from serving.app import create_app
+    from serving.config import ServeConfig
+
+    app = create_app(run / "registry", events=run / "events", cfg=ServeConfig(poll_s=0))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not (server.started and server.servers):
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise UserError("the demo server did not start")
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        while httpx.get(f"{base}/readyz").status_code != 200:
+            if time.monotonic() > deadline:
+                raise UserError("the demo server did not become ready")
+            time.sleep(0.1)
+        body = {"request_id": "demo-1", "user_id": user, "k": 5}
+        console.print(f"curl -s {base}/v1/act -H 'content-type: application/json' -d '{json.dumps(body)}'")
+        answer = httpx.post(f"{base}/v1/act", json=body, timeout=60).json()
+        slate = [(s["item_id"], round(s["propensity"], 3)) for s in answer.get("slate", [])]
+        console.print(f"policy {answer.get('policy_version')} answered: {slate}")
+    finally:
+        server.should_exit = True
+        thread.join()

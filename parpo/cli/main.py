@@ -18,6 +18,7 @@ from parpo.cli.eval import app as eval_app
 from parpo.cli.policy import app as policy_app
 from parpo.cli.registry import app as registry_app
 from parpo.cli.reward import app as reward_app
+from parpo.cli.serve import serve
 
 app = typer.Typer(
     name="parpo",
@@ -34,6 +35,7 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(registry_app, name="registry")
 app.add_typer(eval_app, name="eval")
 app.command("demo")(demo)
+app.command("serve")(serve)
 
 
 def main() -> None:

@@ -1,0 +1,54 @@
+"""``parpo serve``: the online inference endpoint (``serving/``) under uvicorn.
+
+One process with async request handling; scale out with replicas behind a load balancer,
+each following the registry's ``production`` pointer (docs/serving.md). uvicorn handles
+SIGTERM: it stops accepting connections, finishes the in-flight requests, and the app then
+answers what is queued and fsyncs both logs before the process exits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+#: Where decisions and events go when ``--events`` is not given (relative to the working directory).
+DEFAULT_EVENTS = Path("parpo-events")
+
+
+def serve(
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder (REG).")],
+    policy: Annotated[
+        str,
+        typer.Option(help="Policy version to serve, or a pointer to follow by polling (production, latest)."),
+    ] = "production",
+    events: Annotated[
+        Path, typer.Option(help="Folder of the decision and event logs (decisions/, events/).")
+    ] = DEFAULT_EVENTS,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
+    config: Annotated[str, typer.Option("--config", "-c", help="serve preset or YAML file.")] = "default",
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Dotted overrides, e.g. batching.max_batch=1 exploration.samples=32.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Serve a trained policy over HTTP: /v1/act, /v1/events, /v1/models, /metrics."""
+    import logging
+
+    import uvicorn
+
+    from parpo.presets import load
+    from reward_models.registry import Registry
+    from serving.app import create_app
+    from serving.config import ServeConfig
+
+    cfg = load(ServeConfig, "serve", config, overrides)
+    Registry(registry).resolve("policy", policy)  # a wrong registry or version is one error line, now
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app = create_app(registry, policy=policy, events=events, cfg=cfg)
+    typer.echo(f"serving {registry} policy {policy} on http://{host}:{port} (logs in {events})")
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=30)

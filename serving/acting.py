@@ -1,0 +1,239 @@
+"""A loaded policy version answering micro-batches of ``/v1/act`` requests.
+
+One batch = one ``run_episodes`` over every request's N sampled episodes (greedy requests: one
+greedy episode), grouped by temperature; sample 0 of a request is the served one, the N
+samples give its propensities (``serving.propensity``). Scores come from one reward-model call
+for every served item of the batch. Everything here runs on the model thread only.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from parpo.env.environment import BatchEnv
+from parpo.env.evaluate import run_episodes
+from parpo.env.schema import ACTION_SCHEMA_VERSION, Constraints, Recommend, Request, Search
+from parpo.env.tasks import Task
+from parpo.policy.agent import PolicyAgent
+from parpo.policy.bundle import PolicyBundle
+from serving.propensity import position_propensities
+from serving.schemas import ActRequest
+
+#: ``explore`` at or below this is greedy serving.
+GREEDY = 0.0
+
+
+class _NoReward:
+    """Serving reads slates, never rewards: the env's preference reward is skipped (~10% of a call)."""
+
+    def preference_reward(
+        self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Any = None
+    ) -> np.ndarray:
+        return np.zeros(len(user_ids))
+
+
+_NO_REWARD = _NoReward()
+
+
+@dataclass
+class Answer:
+    """What ``/v1/act`` returns (``response``) and what the decision log stores (``decision``)."""
+
+    response: dict[str, Any]
+    decision: dict[str, Any]
+
+
+@dataclass
+class LoadedModel:
+    bundle: PolicyBundle
+    env_cfg: Any  # parpo.env.config.EnvConfig
+    seed: int
+    loaded_at: float = field(default_factory=time.time)
+    decile: dict[str, int] = field(default_factory=dict)  # item -> popularity decile (0: least popular)
+    _agents: dict[float, PolicyAgent] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, registry: str, version: str | None, seed: int) -> LoadedModel:
+        from parpo.trainer.config import PolicyTrainConfig
+
+        bundle = PolicyBundle.load(registry, version)
+        env_cfg = PolicyTrainConfig.model_validate(bundle.version.config).env
+        c = bundle.catalogue
+        rank = np.argsort(np.argsort(c.popularity, kind="stable"), kind="stable")
+        decile = dict(zip(c.item_ids, (rank * 10 // max(len(c), 1)).tolist(), strict=True))
+        return cls(bundle, env_cfg, seed, decile=decile)
+
+    @property
+    def policy_version(self) -> str:
+        return self.bundle.version.name
+
+    def _agent(self, temperature: float) -> PolicyAgent:
+        # One agent (and one generator) per temperature for the life of the version: a fresh
+        # seed per batch would repeat the same draws for identical requests.
+        if temperature not in self._agents:
+            if temperature <= GREEDY:
+                self._agents[temperature] = PolicyAgent(self.bundle.policy, greedy=True)
+            else:
+                policy = copy.copy(self.bundle.policy)  # shares the network; only tau differs
+                policy.temperature = temperature
+                self._agents[temperature] = PolicyAgent(policy, greedy=False, seed=self.seed)
+        return self._agents[temperature]
+
+    def warm(self, n_samples: int, temperature: float) -> None:
+        """Run one request through every code path a real one takes (first-call costs paid here)."""
+        user = next(iter(self.bundle.reward_model.user_index), "warm-up")
+        req = ActRequest(request_id="warm-up", user_id=user)
+        self.act([req], n_samples, temperature)
+        self.fallback(req, "deadline")
+
+    def act(self, requests: Sequence[ActRequest], n_samples: int, temperature: float) -> list[Answer]:
+        """Answer ``requests``; ``temperature`` is the default of those that set no ``explore``."""
+        temps = [temperature if r.explore is None else r.explore for r in requests]
+        served: list[tuple[list[str], list[Any], str, list[float], int]] = [([], [], "", [], 0)] * len(
+            requests
+        )
+        for tau in sorted(set(temps)):
+            idx = [i for i, t in enumerate(temps) if t == tau]
+            n = 1 if tau <= GREEDY else n_samples
+            tasks = [self._task(requests[i]) for i in idx for _ in range(n)]
+            env = BatchEnv(self.bundle.catalogue, _NO_REWARD, self.env_cfg)
+            per_task = run_episodes(env, self._agent(tau), tasks, batch_size=len(tasks))
+            slates = per_task["slate"].to_list()
+            for j, i in enumerate(idx):
+                first = j * n
+                plan = [h.action for h in env.episodes[first].history if h.action is not None]
+                props = position_propensities(slates[first : first + n], slates[first])
+                served[i] = (slates[first], plan, per_task["plan"][first], props, n)
+        rm = self.bundle.reward_model
+        users = [r.user_id for r, s in zip(requests, served, strict=True) for _ in s[0]]
+        items = [it for s in served for it in s[0]]
+        scores = rm.score(users, items) if items else None
+        answers, start = [], 0
+        for r, tau, (slate, plan, sig, props, n) in zip(requests, temps, served, strict=True):
+            if not slate:
+                answers.append(self.fallback(r, "no_slate"))
+                continue
+            sl = slice(start, start + len(slate))
+            start += len(slate)
+            assert scores is not None
+            rows = [
+                {
+                    "item_id": it,
+                    "position": p + 1,
+                    "score": float(scores["click"][sl][p]),
+                    "interest": float(scores["interest"][sl][p]),
+                    "conformity": float(scores["conformity"][sl][p]),
+                    "cold": bool(scores["cold"][sl][p]),
+                    "propensity": props[p],
+                }
+                for p, it in enumerate(slate)
+            ]
+            answers.append(self._answer(r, rows, plan, sig, max(tau, GREEDY), n, tau > GREEDY, None, None))
+        return answers
+
+    def fallback(self, r: ActRequest, reason: Literal["deadline", "no_slate"]) -> Answer:
+        """The most popular items that satisfy the request (deterministic: propensity 1, not evaluable).
+
+        ``reason``: the request's deadline passed, or the policy's episode ended without a slate.
+        """
+        c = self.bundle.catalogue
+        req = r.request
+        category = req.category if req.category in c.category_code else None
+        action = Search(
+            category=category, strategy="popularity", constraints=req.constraints or Constraints(), k=r.k
+        )
+        allowed = None
+        if r.candidates is not None:
+            allowed = np.zeros(len(c), dtype=bool)
+            rows = c.rows(r.candidates)
+            allowed[rows[rows >= 0]] = True
+        slate = [c.item_ids[i] for i in c.search(action, r.k, allowed)]
+        scores = self.bundle.reward_model.score([r.user_id] * len(slate), slate)
+        rows = [
+            {
+                "item_id": it,
+                "position": p + 1,
+                "score": float(scores["click"][p]),
+                "interest": float(scores["interest"][p]),
+                "conformity": float(scores["conformity"][p]),
+                "cold": bool(scores["cold"][p]),
+                "propensity": 1.0,
+            }
+            for p, it in enumerate(slate)
+        ]
+        plan: list[Any] = [action, Recommend(items=slate)] if slate else [action]
+        sig = "search:popularity>recommend" if slate else "search:popularity"
+        return self._answer(r, rows, plan, sig, GREEDY, 1, False, "popularity", reason)
+
+    def _task(self, r: ActRequest) -> Task:
+        req = r.request
+        return Task(
+            task_id=r.request_id,
+            user_id=r.user_id,
+            request=Request(
+                category=req.category, constraints=req.constraints or Constraints(), text=req.text
+            ),
+            target="",
+            cold=r.user_id not in self.bundle.reward_model.user_index,
+            candidates=tuple(r.candidates) if r.candidates is not None else None,
+            k=r.k,
+        )
+
+    def _answer(
+        self,
+        r: ActRequest,
+        rows: list[dict[str, Any]],
+        plan: list[Any],
+        signature: str,
+        explore: float,
+        n: int,
+        evaluable: bool,
+        fallback: str | None,
+        reason: str | None,
+    ) -> Answer:
+        cat = self.bundle.catalogue.row
+        unknown = [i for i in r.candidates if i not in cat] if r.candidates is not None else []
+        cold_user = r.user_id not in self.bundle.reward_model.user_index
+        response = {
+            "request_id": r.request_id,
+            "policy_version": self.policy_version,
+            "reward_version": self.bundle.reward_version,
+            "action_schema_version": ACTION_SCHEMA_VERSION,
+            "plan": plan,
+            "slate": rows,
+            "evaluable": evaluable,
+            "explore": explore,
+            "n_samples": n,
+            "cold_user": cold_user,
+            "unknown_candidates": unknown,
+            "fallback": fallback,
+            "fallback_reason": reason,
+        }
+        decision = {
+            "ts": time.time(),
+            "request_id": r.request_id,
+            "user_id": r.user_id,
+            "request": r.request.model_dump(mode="json"),
+            "context": r.context,
+            "candidates": r.candidates,
+            "k": r.k,
+            "policy_version": self.policy_version,
+            "reward_version": self.bundle.reward_version,
+            "explore": explore,
+            "n_samples": n,
+            "evaluable": evaluable,
+            "fallback": fallback,
+            "plan": signature,
+            "cold_user": cold_user,
+            "slate": [
+                {"item_id": x["item_id"], "position": x["position"], "propensity": x["propensity"]}
+                for x in rows
+            ],
+        }
+        return Answer(response, decision)

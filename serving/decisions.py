@@ -1,0 +1,57 @@
+"""The decision log: every slate the server answers, as one record in ``EVENTS/decisions/``.
+
+A record (one JSON line; ``data_pipelines.adapters.parpo_events`` reads this format):
+
+    {"kind": "decision", "schema_version": 1, "ts": 1764500000.12, "request_id": "r1",
+     "user_id": "u7", "request": {...}, "context": {...} | null, "candidates": [...] | null,
+     "k": 10, "policy_version": "v000002-...", "reward_version": "v000001-...",
+     "explore": 1.0, "n_samples": 64, "evaluable": true, "fallback": null, "plan": "search:...",
+     "cold_user": false, "slate": [{"item_id": "i3", "position": 1, "propensity": 0.42}, ...]}
+
+``/v1/act`` queues the record and answers without waiting for its fsync. The in-memory index
+(request id -> served items, bounded) lets the event log flag events that name an unknown
+request or an item the decision did not put at that position.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from serving.config import LogConfig
+from serving.segments import SegmentLog, read_records
+
+SCHEMA_VERSION = 1
+
+
+class DecisionLog:
+    def __init__(self, root: str | Path, cfg: LogConfig) -> None:
+        folder = Path(root) / "decisions"
+        self.limit = cfg.index_limit
+        self.served: OrderedDict[str, list[str]] = OrderedDict()
+        for rec in read_records(folder):
+            self._remember(rec["request_id"], [s["item_id"] for s in rec["slate"]])
+        self.log = SegmentLog(
+            folder, commit_interval_ms=cfg.commit_interval_ms, segment_bytes=cfg.segment_bytes
+        )
+
+    def _remember(self, request_id: str, items: list[str]) -> None:
+        self.served[request_id] = items
+        self.served.move_to_end(request_id)
+        if len(self.served) > self.limit:
+            self.served.popitem(last=False)
+
+    def record(self, decision: dict[str, Any]) -> None:
+        """Index ``decision`` and queue it for the next group commit (not awaited)."""
+        self._remember(decision["request_id"], [s["item_id"] for s in decision["slate"]])
+        fut = self.log.append({"kind": "decision", "schema_version": SCHEMA_VERSION, **decision})
+        fut.add_done_callback(_consume)  # a failed fsync is counted by the log; nothing awaits it
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def _consume(fut: Any) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,96 @@
+"""``--source parpo-events``: server decision and event logs into canonical rows, by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from data_pipelines.adapters import open_source
+from data_pipelines.dataset import Dataset
+from data_pipelines.errors import DataError
+from data_pipelines.ingest import ingest
+
+T0 = 1_764_500_000.0
+
+
+def _decision(rid: str, user: str, items: list[str], props: list[float], **kw) -> dict:
+    return {
+        "kind": "decision", "schema_version": 1, "ts": T0, "request_id": rid, "user_id": user,
+        "request": {"category": "shoes", "constraints": None, "text": None}, "context": None,
+        "candidates": None, "k": len(items), "policy_version": "v000002", "reward_version": "v000001",
+        "explore": 1.0, "n_samples": 4, "evaluable": True, "fallback": None, "plan": "search>recommend",
+        "cold_user": False,
+        "slate": [{"item_id": i, "position": p + 1, "propensity": q} for p, (i, q) in enumerate(zip(items, props, strict=True))],
+        **kw,
+    }  # fmt: skip
+
+
+def _event(rid: str, pos: int, kind: str, **kw) -> dict:
+    base = {"kind": "event", "schema_version": 1, "received": T0 + 5, "request_id": rid, "position": pos,
+            "event": kind, "item_id": None, "user_id": None, "ts": None, "value": None, "event_id": None,
+            "logged_item_id": None, "duplicate": False, "unknown_request": False, "item_mismatch": False}  # fmt: skip
+    return {**base, **kw}
+
+
+def _write(folder: Path, records: list[dict], torn: str = "") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r) + "\n" for r in records) + torn
+    (folder / "20261130T000000Z-1-ab-0001.jsonl").write_text(text)
+
+
+def test_decisions_and_events_become_impressions_and_feedback(tmp_path):
+    logs = tmp_path / "events"
+    _write(logs / "decisions", [
+        _decision("r1", "u1", ["a", "b"], [0.5, 0.25]),
+        _decision("r2", "u2", ["c"], [1.0], evaluable=False, explore=0.0, n_samples=1),
+        _decision("r3", "u1", ["d"], [1.0], evaluable=False, fallback="popularity"),
+    ])  # fmt: skip
+    _write(logs / "events", [
+        _event("r1", 2, "click", logged_item_id="b", ts=T0 + 3),                # 1 kept, item from the log
+        _event("r1", 2, "click", logged_item_id="b", duplicate=True),            # 2 quarantined
+        _event("r1", 1, "buy", item_id="zz", logged_item_id="a", item_mismatch=True),  # 3 quarantined
+        _event("ghost", 1, "click", unknown_request=True),                       # 4 quarantined: no item
+        _event("ghost", 1, "cart", item_id="e", user_id="u9", unknown_request=True, value=2.0),  # 5 kept
+        _event("r2", 1, "fav", logged_item_id="c"),                              # 6 kept
+    ], torn='{"kind": "event", "request_id": "r1", "posi')  # fmt: skip
+    summary = ingest(open_source("parpo-events", logs), tmp_path / "ds")
+    df = Dataset(tmp_path / "ds").interactions().collect()
+    imp = df.filter(pl.col("event") == "impression").sort("request_id", "position")
+    assert imp.select(
+        "request_id", "user_id", "item_id", "position", "propensity", "logging_policy", "category"
+    ).rows() == [  # fmt: skip
+        ("r1", "u1", "a", 1, 0.5, "v000002", "shoes"),
+        ("r1", "u1", "b", 2, 0.25, "v000002", "shoes"),
+        ("r2", "u2", "c", 1, 1.0, "v000002:greedy", "shoes"),
+        ("r3", "u1", "d", 1, 1.0, "v000002:popularity", "shoes"),
+    ]
+    assert imp["ts"].dt.epoch("s").to_list() == [int(T0)] * 4
+    fb = df.filter(pl.col("event") != "impression").sort("event")
+    assert fb.select(
+        "event", "request_id", "user_id", "item_id", "position", "propensity", "logging_policy", "value"
+    ).rows() == [  # fmt: skip
+        ("cart", "ghost", "u9", "e", 1, None, None, 2.0),
+        ("click", "r1", "u1", "b", 2, 0.25, "v000002", None),
+        ("fav", "r2", "u2", "c", 1, 1.0, "v000002:greedy", None),
+    ]
+    # ts: the client's when given, else the server's receive time.
+    assert dict(zip(fb["event"], fb["ts"].dt.epoch("s").to_list(), strict=True)) == {
+        "cart": int(T0) + 5,
+        "click": int(T0) + 3,
+        "fav": int(T0) + 5,
+    }
+    rejects = pl.read_parquet(tmp_path / "ds" / summary["ingests"][-1]["rejects"]).sort("line")
+    assert [(r["line"], r["reason"].split(" (")[0]) for r in rejects.iter_rows(named=True)] == [
+        (2, "duplicate event"),
+        (3, "item_id disagrees with the logged decision"),
+        (4, "unknown request id and no item_id"),
+        (7, "not a JSON record"),
+    ]
+
+
+def test_a_folder_without_logs_is_one_error(tmp_path):
+    with pytest.raises(DataError, match="no PARPO server logs"):
+        open_source("parpo-events", tmp_path)
