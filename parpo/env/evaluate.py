@@ -66,7 +66,8 @@ def summarise(per_task: pl.DataFrame) -> dict[str, Any]:
     for m in METRICS:
         if m in per_task.columns:
             out[m] = float(per_task[m].mean()) if per_task.height else 0.0
-    counts = per_task["plan"].value_counts()["count"].to_list() if per_task.height else []
+    # Sorted: value_counts order varies between runs, and float sums must not (add-only evals).
+    counts = sorted(per_task["plan"].value_counts()["count"].to_list()) if per_task.height else []
     n = sum(counts)
     out["plan_diversity"] = sum(-(c / n) * math.log2(c / n) for c in counts) if n else 0.0
     return out
