@@ -12,24 +12,13 @@ import polars as pl
 import pytest
 
 from tests.parpo.env.conftest import published_reward  # noqa: F401  (shared fixtures)
+from tests.parpo.trainer.conftest import FAST_OVERRIDES
 from tests.reward_models.conftest import tiny_synth  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
 PARPO = [sys.executable, "-m", "parpo.cli.main"]
-FAST = [
-    "runtime.device=cpu",
-    "runtime.threads=1",
-    "policy.dim=16",
-    "policy.heads=2",
-    "policy.layers=1",
-    "train.tasks_per_update=16",
-    "train.group_size=4",
-    "train.ppo_epochs=1",
-    "train.minibatches=2",
-    "train.progress_bar=false",
-    "train.updates=2",
-]
+FAST = [*FAST_OVERRIDES, "train.updates=2"]
 METRICS = {"hit@10", "ndcg@10", "task_quality", "preference", "true_preference"}
 
 

@@ -6,20 +6,28 @@ from parpo.trainer.config import PolicyTrainConfig
 from tests.parpo.env.conftest import published_reward, source  # noqa: F401  (shared fixtures)
 from tests.reward_models.conftest import tiny_synth  # noqa: F401
 
-#: Small and single-threaded: a few seconds per update on the tiny data.
-FAST = {
-    "runtime": {"device": "cpu", "threads": 1},
-    "policy": {"dim": 16, "heads": 2, "layers": 1},
-    "train": {
-        "tasks_per_update": 16,
-        "group_size": 4,
-        "ppo_epochs": 1,
-        "minibatches": 2,
-        "progress_bar": False,
-    },
-}
+#: Small and single-threaded: a few seconds per update on the tiny data (also used as CLI
+#: overrides by the CLI and serving tests; append to change one).
+FAST_OVERRIDES = [
+    "runtime.device=cpu",
+    "runtime.threads=1",
+    "policy.dim=16",
+    "policy.heads=2",
+    "policy.layers=1",
+    "train.tasks_per_update=16",
+    "train.group_size=4",
+    "train.ppo_epochs=1",
+    "train.minibatches=2",
+    "train.progress_bar=false",
+]
 
 
 def fast_config(**train: int) -> PolicyTrainConfig:
-    data = {**FAST, "train": {**FAST["train"], **train}}
-    return PolicyTrainConfig.model_validate(data)
+    from parpo.presets import load
+
+    return load(
+        PolicyTrainConfig,
+        "policy",
+        "default",
+        [*FAST_OVERRIDES, *(f"train.{k}={v}" for k, v in train.items())],
+    )
