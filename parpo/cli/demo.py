@@ -35,8 +35,7 @@ def demo(
         typer.Argument(help="Dotted overrides, e.g. synth.n_users=500 or reward.train.epochs=5."),
     ] = None,
 ) -> None:
-    """Run PARPO end to end on synthetic data: synthesise, ingest, split, train a reward model,
-    train a policy with PARPO, evaluate it."""
+    """Run PARPO end to end on synthetic data: synthesise, train a reward model and a policy, evaluate, serve."""
     from data_pipelines.errors import UserError
     from parpo.cli.console import console
 
