@@ -20,8 +20,9 @@ from typing import Annotated
 
 import typer
 
-#: Policy updates the demo runs (the `default` preset has 60).
-DEMO_UPDATES = 30
+#: The demo's policy schedule: a quarter of the `default` preset's rollouts (60 updates x 128
+#: tasks), so that its policy training stays within a few minutes on 2 cores.
+DEMO_POLICY = ["train.updates=30", "train.tasks_per_update=64"]
 
 
 def demo(
@@ -76,10 +77,7 @@ def demo(
     from parpo.evaluation.policy_eval import evaluate_policy
     from parpo.trainer.pipeline import train_and_publish
 
-    # Half the preset's updates keeps the demo's policy training within minutes on 2 cores.
-    pcfg = policy_config(
-        "default", None, None, ["train.progress_bar=true", f"train.updates={DEMO_UPDATES}", *policy_over]
-    )
+    pcfg = policy_config("default", None, None, ["train.progress_bar=true", *DEMO_POLICY, *policy_over])
     t = pcfg.train
     console.print(
         f"4/6 train a policy with {pcfg.advantage.estimator} ({t.updates} updates x {t.tasks_per_update} tasks x "
