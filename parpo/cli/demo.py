@@ -55,10 +55,10 @@ def demo(
     policy_over = [o.removeprefix("policy.") for o in overrides or [] if o.startswith("policy.")]
     cfg = _config(config, data_over)
     data = run / "data"
-    console.print(f"1/6 synthesise {cfg.synth.n_users:,} users x {cfg.synth.n_items:,} items -> {data}")
+    console.print(f"1/7 synthesise {cfg.synth.n_users:,} users x {cfg.synth.n_items:,} items -> {data}")
     summary = gen.write(cfg.synth, data, splits=False)
     write_resolved(cfg, run / "config.yaml")
-    console.print("2/6 splits and summary")
+    console.print("2/7 splits and summary")
     _write_splits(data, cfg)
     console.print(summary_table(summary))
     console.print(f"dataset {data} (fingerprint {summary['fingerprint'][:12]})")
@@ -68,7 +68,7 @@ def demo(
     rcfg = load_config("dice", None, ["train.progress_bar=false", *reward_over])
     rcfg.split.seed, rcfg.split.positives = cfg.split.seed, cfg.split.positives
     rcfg.runtime.seed = cfg.runtime.seed
-    console.print(f"3/6 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
+    console.print(f"3/7 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
     outcome = run_training(rcfg, data, run / "registry", run / "reward", None, label="dice")
     if outcome is None:  # a DDP rank other than 0
         return
@@ -80,19 +80,24 @@ def demo(
     pcfg = policy_config("default", None, None, ["train.progress_bar=true", *DEMO_POLICY, *policy_over])
     t = pcfg.train
     console.print(
-        f"4/6 train a policy with {pcfg.advantage.estimator} ({t.updates} updates x {t.tasks_per_update} tasks x "
+        f"4/7 train a policy with {pcfg.advantage.estimator} ({t.updates} updates x {t.tasks_per_update} tasks x "
         f"G = {t.group_size}) -> {run / 'registry'}"
     )
     trained = train_and_publish(pcfg, data, run / "registry", run_dir=run / "policy", preset="default")
     if trained is None:
         return
     write_resolved(pcfg, run / "policy" / "config.yaml")
-    console.print("5/6 evaluate the policy on held-out tasks (greedy) next to the reference agents")
+    console.print("5/7 evaluate the policy on held-out tasks (greedy) next to the reference agents")
     path, result = evaluate_policy(run / "registry", data, trained.version.name)
     from parpo.cli.policy import print_eval
 
     print_eval(result, path)
-    console.print("6/6 serve the policy on 127.0.0.1, answer one /v1/act call, stop the server")
+    from parpo.evaluation.report import write_report
+
+    console.print("6/7 write the offline report (HTML with figures, markdown summary)")
+    html, md = write_report(run / "registry", run / "report", [trained.version.name])
+    console.print(f"report: {html} (summary {md})")
+    console.print("7/7 serve the policy on 127.0.0.1, answer one /v1/act call, stop the server")
     _serve_once(run, _a_user(data))
     console.print(
         f"[green]done[/]: dataset {data}; reward model {outcome.version.label} and policy "

@@ -99,3 +99,80 @@ def _print(console: Any, campaign: str, result: dict[str, Any]) -> None:
         f"overlap: ESS {ov['ess']:,.0f} of {ov['n']:,} rows, weight max {ov['weight_max']:.1f}, "
         f"q99 {ov['weight_q99']:.2f}, never taken {ov['share_never_taken']:.1%}"
     )
+
+
+def _versions(first: list[str] | None, ctx: typer.Context) -> list[str]:
+    """``--policies V1 V2 ...``: click gives the option its first value and leaves the rest as
+    extra arguments (unknown options are still refused); ``--policies V1 --policies V2`` works too."""
+    return [*(first or []), *ctx.args]
+
+
+EXTRA_ARGS = {"allow_extra_args": True}
+
+
+@app.command(context_settings=EXTRA_ARGS)
+def compare(
+    ctx: typer.Context,
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    policies: Annotated[
+        list[str], typer.Option("--policies", "-p", help="Two or more policy versions: --policies V1 V2 ...")
+    ],
+    data: Annotated[Path, typer.Option("--data", "-d", help="The dataset the policies were trained on.")],
+    sample: Annotated[
+        bool, typer.Option("--sample", help="Sample actions instead of acting greedily.")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling and the resamples.")] = 0,
+    n_boot: Annotated[int, typer.Option("--n-boot", min=2, help="Bootstrap resamples of the tasks.")] = 1000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Evaluate policy versions on the same held-out tasks and record, in each version's evals/,
+    its paired differences against the others (mean over tasks, 95% bootstrap interval)."""
+    from parpo.evaluation.compare import compare_policies
+
+    versions = _versions(policies, ctx)
+    paths, results = compare_policies(registry, data, versions, greedy=not sample, seed=seed, n_boot=n_boot)
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))
+        return
+    _print_compare(results[0], paths)
+
+
+def _print_compare(first: dict[str, Any], paths: list[Path]) -> None:
+    from rich.table import Table
+
+    from parpo.cli.console import console
+
+    for other, parts in first["against"].items():
+        for part, sec in parts.items():
+            t = Table(
+                title=f"{first['policy_version']} − {other}, {part} ({sec['n_pairs']} paired tasks, 95% intervals)",
+                title_justify="left",
+            )
+            for col in ("metric", "a", "b", "a − b", "interval"):
+                t.add_column(col, justify="left" if col == "metric" else "right")
+            for metric, d in sec.items():
+                if isinstance(d, dict):
+                    t.add_row(metric, f"{d['mean_a']:.4f}", f"{d['mean_b']:.4f}", f"{d['diff']:+.4f}",
+                              f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")  # fmt: skip
+            console.print(t)
+    for p in paths:
+        console.print(f"recorded {p}")
+
+
+@app.command(context_settings=EXTRA_ARGS)
+def report(
+    ctx: typer.Context,
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and summary.md.")],
+    policies: Annotated[
+        list[str] | None,
+        typer.Option("--policies", "-p", help="Policy versions (default: every version with an eval)."),
+    ] = None,
+) -> None:
+    """A self-contained offline HTML report (and a markdown summary) of policy versions, from their
+    evals/ and training logs."""
+    from parpo.cli.console import console
+    from parpo.evaluation.report import write_report
+
+    html, md = write_report(registry, out, _versions(policies, ctx) or None)
+    console.print(f"wrote {html} and {md}")

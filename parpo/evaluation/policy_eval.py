@@ -5,6 +5,8 @@ users' ``cold_test`` (``parpo.env.tasks``). The policy acts greedily (temperatur
 asked to sample. The summary is recorded as the version's add-only
 ``evals/<data-fingerprint>-<split>-<eval-config-hash>.json``; the per-task results go beside it
 (same stem, ``.tasks.parquet``: one row per agent and task) so later comparisons can pair them.
+``parpo eval compare`` (``parpo.evaluation.compare``) runs this for each version and pairs
+those parquets; ``parpo eval report`` reads them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from parpo.policy.bundle import KIND, PolicyBundle
 
 SCHEMA_VERSION = 1
 BASELINES = ("random", "popularity", "fixed_plan", "greedy_reward")
+PARTS = ("warm", "cold")
 
 
 def _metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -85,17 +88,27 @@ def evaluate_policy(
         "greedy": greedy,
     }
     frames = []
-    for part in ("warm", "cold"):
+    for part in PARTS:
         result[part], frame = _section(env, agents, src.tasks(part), part)
         frames.append(frame)
-    result["plan_diversity"] = {p: result[p].pop("plan_diversity", 0.0) for p in ("warm", "cold")}
+    result["plan_diversity"] = {p: result[p].pop("plan_diversity", 0.0) for p in PARTS}
     eval_config = {"greedy": greedy, "seed": seed, "env": env_cfg.model_dump(mode="json")}
     reg = Registry(registry)
     path = reg.add_eval(
         KIND, bundle.version.name, src.dataset.fingerprint, result["split"], eval_config, result
     )
-    _write_parquet(pl.concat(frames, how="diagonal_relaxed"), path.with_suffix(".tasks.parquet"))
+    _write_parquet(pl.concat(frames, how="diagonal_relaxed"), tasks_path(path))
     return path, result
+
+
+def tasks_path(eval_path: Path) -> Path:
+    """The per-task parquet recorded beside the eval file ``eval_path``."""
+    return eval_path.with_suffix(".tasks.parquet")
+
+
+def read_tasks(eval_path: Path) -> pl.DataFrame:
+    """The per-task results of the eval recorded at ``eval_path`` (one row per agent and task)."""
+    return pl.read_parquet(tasks_path(eval_path))
 
 
 def _write_parquet(df: pl.DataFrame, path: Path) -> None:

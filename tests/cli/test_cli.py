@@ -162,8 +162,9 @@ def test_demo_runs_end_to_end_into_a_fresh_folder(tmp_path):
     (policy,) = (runs[0] / "registry" / "policy").glob("v*")
     (ev,) = (policy / "evals").glob("*.json")
     assert json.loads(ev.read_text())["result"]["warm"]["n_tasks"] > 0
-    assert "greedy_reward" in res.stdout and "6/6" in res.stdout and "answered:" in res.stdout
+    assert "greedy_reward" in res.stdout and "7/7" in res.stdout and "answered:" in res.stdout
     assert list((runs[0] / "events" / "decisions").glob("*"))
+    assert (runs[0] / "report" / "report.html").stat().st_size > 10_000
     again = run("demo", "--out", str(runs[0]), cwd=tmp_path)
     assert "already exists and is not empty" in _one_error_line(again)
 

@@ -1,0 +1,248 @@
+"""``parpo eval report``: one self-contained HTML page (figures embedded as base64 PNGs, no
+external file or network access) and a markdown summary with the same numbers.
+
+Baselines (random, popularity, fixed plan, greedy reward) are taken from the first selected
+version's eval: on one dataset and reward version every version sees the same ones. An OPE
+section is shown for evals whose result holds ``ope: {"rows": [{"estimator", "estimate",
+"ci_low", "ci_high"}, ...]}`` (the row shape of ``parpo eval ope``); none is recorded for
+registry policies yet, so the report usually says "no logged feedback".
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from data_pipelines.transaction import atomic_write_bytes
+from parpo.evaluation.policy_eval import PARTS
+from parpo.evaluation.report import figures
+from parpo.evaluation.report.collect import (
+    PolicyData,
+    agent_bias,
+    default_versions,
+    head_tail_hits,
+    load_policy,
+)
+
+HTML_NAME, MD_NAME = "report.html", "summary.md"
+SHOWN = ("task_quality", "preference", "hit@10", "ndcg@10", "true_preference")
+BIAS_SHOWN = ("avg_pop", "avg_pop_norm", "gini", "tail_share", "coverage")
+
+
+def _short(name: str) -> str:
+    return name.split("-", 1)[0]
+
+
+def _agents(policies: list[PolicyData], part: str) -> dict[str, dict[str, float]]:
+    """Per agent label, the metrics of ``part``: each version's policy, then the baselines."""
+    evaluated = [p for p in policies if p.eval is not None]
+    out = {f"policy {_short(p.name)}": p.eval[part].get("policy", {}) for p in evaluated}  # type: ignore[index]
+    if evaluated:
+        out.update(evaluated[0].eval[part]["baselines"])  # type: ignore[index]
+    return out
+
+
+def _per_agent(policies: list[PolicyData], fn: Any) -> dict[str, dict[str, float]]:
+    """``fn(version)`` per agent: each version's policy, then the first version's baselines."""
+    evaluated = [p for p in policies if p.tasks is not None]
+    per = [fn(p) for p in evaluated]
+    out = {
+        f"policy {_short(p.name)}": v["policy"] for p, v in zip(evaluated, per, strict=True) if "policy" in v
+    }
+    if per:
+        out.update({a: v for a, v in per[0].items() if a != "policy"})
+    return out
+
+
+def _table(header: Sequence[str], rows: list[list[str]]) -> tuple[str, str]:
+    """(HTML, markdown) of one table."""
+    h = "".join(f"<th>{html.escape(c)}</th>" for c in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    md = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+    md += "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    return f"<table><tr>{h}</tr>{body}</table>", md
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None or x != x else f"{x:.4f}"
+
+
+class _Doc:
+    """HTML and markdown built side by side, section by section."""
+
+    def __init__(self) -> None:
+        self.html: list[str] = []
+        self.md: list[str] = []
+        self.n_figures = 0
+
+    def section(self, title: str, text: str = "") -> None:
+        self.html.append(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(text)}</p>" if text else ""))
+        self.md.append(f"\n## {title}\n" + (f"\n{text}\n" if text else ""))
+
+    def table(self, header: Sequence[str], rows: list[list[str]]) -> None:
+        h, m = _table(header, rows)
+        self.html.append(h)
+        self.md.append("\n" + m)
+
+    def figure(self, png: bytes | None, alt: str, empty: str) -> None:
+        if png is None:
+            self.html.append(f"<p><em>{html.escape(empty)}</em></p>")
+            self.md.append(f"\n_{empty}_\n")
+            return
+        self.n_figures += 1
+        b64 = base64.b64encode(png).decode()
+        self.html.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{html.escape(alt)}"></figure>')
+
+
+def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
+    ev = [p for p in policies if p.eval is not None]
+    doc.section(
+        "Held-out tasks", "Means over the warm and cold held-out tasks of each version's eval (greedy)."
+    )
+    rows = []
+    for p in ev:
+        for part in PARTS:
+            sec = p.eval[part]  # type: ignore[index]
+            m = sec.get("policy", {})
+            rows.append([_short(p.name), part, str(sec["n_tasks"]), *(_fmt(m.get(k)) for k in SHOWN)])
+    doc.table(["version", "part", "tasks", *SHOWN], rows)
+    doc.md.append("\n" + "".join(f"- {_short(p.name)}: `evals/{p.eval_file}`\n" for p in ev))
+
+    doc.section("Learning curves", "Mean reward per component over the training updates (logs/metrics.csv).")
+    doc.figure(figures.learning_curves(policies), "learning curves", "no training logs")
+    doc.section(
+        "Anchor distributions", "Per-user preference anchors at the end of training (anchors.parquet)."
+    )
+    doc.figure(figures.anchor_distributions(policies), "anchor distributions", "no anchors recorded")
+    doc.section("Preference vs task quality", "Warm tasks; stars are policies, dots the reference agents.")
+    doc.figure(figures.preference_vs_quality(policies), "preference vs task quality", "no eval recorded")
+
+    doc.section(
+        "Cold vs warm users", "Task quality on warm users (seen in training) and cold ones (held out)."
+    )
+    cw = {a: {part: _agents(policies, part).get(a, {}).get("task_quality", float("nan")) for part in PARTS}
+          for a in _agents(policies, "warm")}  # fmt: skip
+    doc.figure(figures.grouped_bars("Task quality", cw, "task quality"), "cold vs warm", "no eval recorded")
+    doc.table(["agent", *(f"{m} {part}" for m in ("task_quality", "hit@10") for part in PARTS)],
+              [[a, *(_fmt(_agents(policies, part)[a].get(m)) for m in ("task_quality", "hit@10") for part in PARTS)]
+               for a in cw])  # fmt: skip
+
+    bias = _per_agent(policies, agent_bias)
+    doc.section("Popularity bias of the served slates",
+                "Over every slot of every evaluated task's slate; popularity = train interactions in the "
+                "catalogue snapshot; tail = items outside the head holding 80% of them.")  # fmt: skip
+    doc.figure(
+        figures.grouped_bars(
+            "Popularity bias",
+            {a: {k: b[k] for k in ("avg_pop_norm", "gini", "tail_share")} for a, b in bias.items()},
+            "share",
+        ),  # fmt: skip
+        "popularity bias",
+        "no slates recorded",
+    )
+    doc.table(["agent", *BIAS_SHOWN, "slots"],
+              [[a, *(_fmt(b[k]) for k in BIAS_SHOWN), str(b["n_slots"])] for a, b in bias.items()])  # fmt: skip
+
+    ht = _per_agent(policies, head_tail_hits)
+    doc.section("Head vs tail items", "hit@10 on tasks whose held-out item is a head item and a tail item.")
+    doc.figure(
+        figures.grouped_bars(
+            "hit@10 by target popularity",
+            {a: {"head": v["head"], "tail": v["tail"]} for a, v in ht.items()},
+            "hit@10",
+        ),  # fmt: skip
+        "head vs tail",
+        "no per-task results recorded",
+    )
+    doc.table(["agent", "hit@10 head", "hit@10 tail", "tasks head", "tasks tail"],
+              [[a, _fmt(v["head"]), _fmt(v["tail"]), str(v["n_head"]), str(v["n_tail"])] for a, v in ht.items()])  # fmt: skip
+
+    _comparisons(doc, policies)
+    _ope(doc, policies)
+
+
+def _comparisons(doc: _Doc, policies: list[PolicyData]) -> None:
+    doc.section("Paired comparisons", "Mean over shared tasks of a − b, with its 95% bootstrap interval.")
+    names = [p.name for p in policies]
+    rows, pts = [], []
+    for p in policies:
+        for comp in p.comparisons:
+            for other, parts in comp["against"].items():
+                if other not in names or names.index(other) < names.index(p.name):
+                    continue  # each pair once, in the order given, and only among the selected
+                for part, sec in parts.items():
+                    for m in ("task_quality", "preference", "hit@10"):
+                        if m in sec:
+                            d = sec[m]
+                            label = f"{_short(p.name)} − {_short(other)} {part} {m}"
+                            rows.append([_short(p.name), _short(other), part, m, str(sec["n_pairs"]),
+                                         _fmt(d["diff"]), _fmt(d["ci_low"]), _fmt(d["ci_high"])])  # fmt: skip
+                            pts.append((label, d["diff"], d["ci_low"], d["ci_high"]))
+    doc.figure(figures.intervals("Paired differences", pts, "a − b"), "paired differences",
+               "no comparison recorded (run parpo eval compare)")  # fmt: skip
+    if rows:
+        doc.table(["a", "b", "part", "metric", "pairs", "a − b", "low", "high"], rows)
+
+
+def _ope(doc: _Doc, policies: list[PolicyData]) -> None:
+    doc.section("Off-policy estimates")
+    pts, rows = [], []
+    for p in policies:
+        for res in p.ope:
+            for r in res["ope"]["rows"]:
+                pts.append((f"{_short(p.name)} {r['estimator']}", r["estimate"], r["ci_low"], r["ci_high"]))
+                rows.append(
+                    [
+                        _short(p.name),
+                        r["estimator"],
+                        _fmt(r["estimate"]),
+                        _fmt(r["ci_low"]),
+                        _fmt(r["ci_high"]),
+                    ]
+                )
+    doc.figure(figures.intervals("OPE estimates (95% intervals)", pts, "estimate"), "ope",
+               "no logged feedback: no off-policy estimate is recorded for these versions")  # fmt: skip
+    if rows:
+        doc.table(["version", "estimator", "estimate", "low", "high"], rows)
+
+
+STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+    "table{border-collapse:collapse;font-size:13px;margin:.5em 0}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}"
+    "img{max-width:100%}h2{border-bottom:1px solid #ddd;margin-top:1.6em}"
+)
+
+
+def write_report(
+    registry: str | Path, out: str | Path, versions: Sequence[str] | None = None
+) -> tuple[Path, Path]:
+    """Write ``out/report.html`` and ``out/summary.md`` for ``versions`` (default: every policy
+    version with a recorded eval); each file is written atomically. Returns both paths."""
+    from data_pipelines.errors import UserError
+
+    chosen = list(versions) if versions else default_versions(registry)
+    if not chosen:
+        raise UserError(f"{registry}: no policy version has a recorded eval; run parpo eval compare first")
+    policies = [load_policy(registry, v) for v in chosen]
+    doc = _Doc()
+    title = "PARPO policy report: " + ", ".join(_short(p.name) for p in policies)
+    _sections(doc, policies)
+    page = (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<p>Registry {html.escape(str(registry))}; versions {html.escape(', '.join(p.name for p in policies))}.</p>"
+        + "".join(doc.html)
+        + "</body></html>\n"
+    )
+    out = Path(out)
+    html_path, md_path = out / HTML_NAME, out / MD_NAME
+    atomic_write_bytes(html_path, page.encode())
+    md = f"# {title}\n\nVersions: {', '.join(p.name for p in policies)}. Figures: {HTML_NAME}.\n" + "".join(
+        doc.md
+    )
+    atomic_write_bytes(md_path, md.encode())
+    return html_path, md_path

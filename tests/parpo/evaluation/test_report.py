@@ -1,0 +1,110 @@
+"""``parpo eval report``: the HTML holds every figure with data, the summary's numbers are the
+recorded evals', and the popularity-bias figures on a hand example."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+
+from parpo.evaluation.report.collect import slate_bias
+from tests.parpo.env.conftest import published_reward  # noqa: F401  (shared fixtures)
+from tests.parpo.evaluation.test_compare import two_policies  # noqa: F401
+from tests.reward_models.conftest import tiny_synth  # noqa: F401
+
+IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_slate_bias_by_hand():
+    # popularity a=6 b=3 c=1 d=0 (total 10): the head (80% = 8) is {a, b}
+    ids, pop = ["a", "b", "c", "d"], np.array([6, 3, 1, 0])
+    out = slate_bias([["a", "b"], ["a", "c"]], ids, pop)
+    # slots a b a c: popularity 6 3 6 1 -> 4; counts [2, 1, 1, 0] sorted [0, 1, 1, 2]:
+    # Gini = (-3*0 - 1*1 + 1*1 + 3*2) / (4 * 4) = 0.375
+    assert out == pytest.approx(
+        {
+            "avg_pop": 4.0,
+            "avg_pop_norm": 4 / 6,
+            "gini": 0.375,
+            "tail_share": 0.25,
+            "coverage": 0.75,
+            "n_slots": 4,
+        }
+    )
+    assert slate_bias([[], []], ids, pop)["n_slots"] == 0
+
+
+def md_table(md: str, section: str) -> list[list[str]]:
+    """Rows of the first table after ``## section`` (header and rule dropped)."""
+    part = md.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.strip("|").split("|") for ln in part.splitlines() if ln.startswith("|")]
+    return [[c.strip() for c in r] for r in rows[2:]]
+
+
+@pytest.mark.integration
+def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synth, tmp_path):  # noqa: F811
+    from parpo.evaluation.compare import compare_policies
+    from parpo.evaluation.policy_eval import read_tasks
+
+    reg, (v1, v2) = two_policies
+    paths, results = compare_policies(reg, tiny_synth, [v1, v2], n_boot=200)  # no-op if already recorded
+    res = subprocess.run([sys.executable, "-m", "parpo.cli.main", "eval", "report", "-r", str(reg),
+                          "-o", str(tmp_path / "rep")], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    page = (tmp_path / "rep" / "report.html").read_text()
+    md = (tmp_path / "rep" / "summary.md").read_text()
+    # learning curves, anchors, preference vs quality, cold/warm, popularity bias, head/tail, paired
+    pngs = [base64.b64decode(b) for b in IMG.findall(page)]
+    assert len(pngs) == 7 and all(p.startswith(PNG) and len(p) > 5000 for p in pngs)
+    assert "no logged feedback" in page and "http" not in page.replace("http-equiv", "")
+    # The summary's numbers are the evals'.
+    evals = {r["policy_version"][:7]: json.loads((reg / "policy" / r["policy_version"] / "evals"
+             / r["policy_eval"]).read_text())["result"] for r in results}  # fmt: skip
+    rows = md_table(md, "Held-out tasks")
+    assert len(rows) == 4
+    for version, part, n, tq, pref, hit, *_ in rows:
+        sec = evals[version][part]
+        assert int(n) == sec["n_tasks"]
+        assert [float(tq), float(pref), float(hit)] == pytest.approx(
+            [sec["policy"]["task_quality"], sec["policy"]["preference"], sec["policy"]["hit@10"]], abs=5e-5
+        )
+    (comp,) = [r for r in md_table(md, "Paired comparisons") if r[2:4] == ["warm", "task_quality"]]
+    d = results[0]["against"][v2]["warm"]["task_quality"]
+    assert [float(x) for x in comp[5:8]] == pytest.approx([d["diff"], d["ci_low"], d["ci_high"]], abs=5e-5)
+    # Popularity bias: the policy's average slot popularity, recomputed from the per-task parquet.
+    tasks = read_tasks(paths[0].parent / results[0]["policy_eval"]).filter(pl.col("agent") == "policy")
+    cat = pl.read_parquet(reg / "policy" / v1 / "catalogue.parquet")
+    slots = tasks.select(pl.col("slate").explode().alias("item_id")).drop_nulls().join(cat, on="item_id")
+    (bias,) = [r for r in md_table(md, "Popularity bias of the served slates") if r[0] == f"policy {v1[:7]}"]
+    assert (
+        float(bias[1]) == pytest.approx(slots["popularity"].mean(), abs=5e-5)
+        and int(bias[-1]) == slots.height
+    )
+
+
+@pytest.mark.integration
+def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F811
+    from parpo.evaluation.report import write_report
+    from reward_models.registry import Registry
+
+    reg = tmp_path / "REG"
+    shutil.copytree(two_policies[0], reg)
+    v1 = two_policies[1][0]
+    rows = [{"estimator": "ips", "estimate": 0.012, "ci_low": 0.008, "ci_high": 0.016},
+            {"estimator": "dr", "estimate": 0.011, "ci_low": 0.009, "ci_high": 0.013}]  # fmt: skip
+    Registry(reg).add_eval("policy", v1, "abc123", "logs", {"ope": "test"}, {"ope": {"rows": rows}})
+    html, md = write_report(reg, tmp_path / "rep", [v1])
+    page, summary = html.read_text(), md.read_text()
+    assert "no logged feedback" not in page
+    assert md_table(summary, "Off-policy estimates") == [
+        [v1[:7], "ips", "0.0120", "0.0080", "0.0160"],
+        [v1[:7], "dr", "0.0110", "0.0090", "0.0130"],
+    ]
