@@ -1,0 +1,288 @@
+"""PARPO vs GDPO vs GRPO at an equal budget (issue 7): one setting per invocation, one JSON line
+per (algorithm, seed) appended to ``benchmarks/results/policy_compare.jsonl``; ``--summarise``
+prints the markdown table (mean ± std over seeds, paired-by-seed PARPO − GDPO / − GRPO).
+
+Budget (every algorithm, every setting): the ``default`` policy preset with
+``train.updates=16``, ``train.tasks_per_update=64`` at G = 8 (512 rollouts per update, 8,192
+in all, 2 PPO epochs x 4 minibatches = 128 optimiser steps); at G = 2 the same rollouts and
+steps (``tasks_per_update=256``). Only ``advantage.estimator`` differs between algorithms; the
+seed (``runtime.seed``) sets the initial weights, task draws and sampling.
+
+Settings (data and reward model built once per dataset in ``--workdir`` and reused):
+  synthetic-g8, synthetic-g2  the synthetic default (``parpo data synth``), G = 8 / 2
+  hetero   synthetic, G = 8: preference -> a_u * preference + N(0, 0.1^2), a_u in {0.1, 1, 10}
+           by a hash of the user id (``parpo.env.transforms.HeteroScale``); breakdown per a_u
+  drift    synthetic, G = 8: after updates/2 updates, half the users (hash-stable) get
+           preference - 0.3 (``LevelDrift``; its step is the number of completed updates, set
+           at every training reset: the trainer resets once per update); breakdown drifted / steady
+  ml100k   ML-100K (first genre as category), G = 8
+  amazon   Amazon Beauty 5-core (attribute-id constraints, order-based split), G = 8
+
+Evaluation: the trained policy acts greedily on the warm (test) and cold tasks of the reward
+version's split, in the *untransformed* environment: ``preference`` is the reward model's own
+score of the slate (the transforms are nuisances of the training signal, not what the user
+gets), ``true_preference`` the synthetic ground truth. The transformed training reward is in
+the learning curves (``reward/preference/mean`` of the run's ``logs/metrics.csv``).
+
+    .venv/bin/python benchmarks/policy_compare.py --setting synthetic-g8 --workdir /tmp/pc
+    .venv/bin/python benchmarks/policy_compare.py --summarise
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from collections.abc import Sequence  # noqa: E402
+
+from benchmarks.env_baselines import prepare  # noqa: E402
+from parpo.env import BatchEnv, EnvSource, Observation, PreferenceTransform, Task  # noqa: E402
+from parpo.env.transforms import HeteroScale, LevelDrift  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "policy_compare.jsonl"
+ALGOS = ("parpo", "gdpo", "grpo")
+SETTINGS = ("synthetic-g8", "synthetic-g2", "hetero", "drift", "ml100k", "amazon")
+METRICS = ("task_quality", "preference", "true_preference", "hit@10", "ndcg@10")
+UPDATES, TASKS_G8 = 16, 64
+ROLLOUTS_PER_UPDATE = TASKS_G8 * 8
+DRIFT_SHIFT = -0.3
+HETERO_SIGMA = 0.1
+
+
+def data_for(setting: str, work: Path) -> tuple[Path, Path]:
+    if setting == "ml100k":
+        return prepare("movielens", Path("/work/shared/data/movielens-100k"), work, 1)
+    if setting == "amazon":
+        data = work / "amazon" / "data"
+        if not (data / "manifest.json").is_file():  # prepare() ingests MovieLens only
+            from data_pipelines.adapters import open_source
+            from data_pipelines.ingest import ingest
+
+            ingest(open_source("amazon-s3rec", Path("/work/shared/data/amazon-beauty-5core-s3rec")), data)
+        return prepare("amazon", None, work, 1)
+    return prepare("synth", None, work, 1)
+
+
+def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Path) -> dict[str, Any]:
+    import polars as pl
+
+    from parpo.env.evaluate import run_episodes, summarise
+    from parpo.policy.agent import PolicyAgent
+    from parpo.presets import load
+    from parpo.trainer.config import PolicyTrainConfig
+    from parpo.trainer.loop import PolicyTrainer
+
+    g = 2 if setting == "synthetic-g2" else 8
+    over = [
+        f"train.updates={UPDATES}",
+        f"train.tasks_per_update={ROLLOUTS_PER_UPDATE // g}",
+        f"train.group_size={g}",
+        f"advantage.estimator={algo}",
+        f"runtime.seed={seed}",
+        "runtime.threads=1",
+        "runtime.device=cpu",
+        "train.progress_bar=false",
+    ]
+    cfg = load(PolicyTrainConfig, "policy", "default", over)
+    src = EnvSource.load(data, reg, cfg=cfg.env)
+    transform: Any = None
+    group_of: Any = None  # user id -> breakdown label
+    if setting == "hetero":
+        transform = HeteroScale(sigma=HETERO_SIGMA, seed=seed)
+        group_of = lambda u: {0.1: "a0.1", 1.0: "a1", 10.0: "a10"}[transform.scale(u)]  # noqa: E731
+    elif setting == "drift":
+        transform = LevelDrift(at=UPDATES // 2, shift=DRIFT_SHIFT, seed=seed)
+        group_of = lambda u: "drifted" if transform.drifts(u) else "steady"  # noqa: E731
+        src = _DriftSource(**{f.name: getattr(src, f.name) for f in fields(src)}, drift=transform)
+    run = work / "runs" / f"{setting}-{algo}-s{seed}"
+    t0 = time.perf_counter()
+    res = PolicyTrainer(cfg, src, run, preference_transform=transform).fit()
+    train_s = time.perf_counter() - t0
+    hist = res.history
+    line: dict[str, Any] = {
+        "bench": "policy_compare",
+        "algo": algo,
+        "setting": setting,
+        "G": g,
+        "seed": seed,
+        "budget": {
+            "updates": UPDATES,
+            "tasks_per_update": cfg.train.tasks_per_update,
+            "rollouts": UPDATES * cfg.train.tasks_per_update * g,
+            "ppo_epochs": cfg.train.ppo_epochs,
+            "minibatches": cfg.train.minibatches,
+        },
+        "train_seconds": round(train_s, 1),
+        "curves_csv": str(res.logs),
+    }
+    # Training curves (the transformed reward where there is a transform) at 25/50/75/100 %.
+    marks = [max(1, round(UPDATES * q)) for q in (0.25, 0.5, 0.75, 1.0)]
+    for key, name in (
+        ("reward/preference/mean", "preference"),
+        ("report/task_quality", "task_quality"),
+        ("report/true_preference", "true_preference"),
+    ):
+        if key in hist[-1]:
+            line[f"curve_{name}"] = [round(hist[m - 1][key], 4) for m in marks]
+    anchored = [m["preference/frac_anchored"] for m in hist if "preference/frac_anchored" in m]
+    if anchored:  # how much of the preference track the user anchors actually set (parpo only)
+        line["frac_anchored"] = {
+            "mean": round(sum(anchored) / len(anchored), 4),
+            "last": round(anchored[-1], 4),
+        }
+    env = EnvSource.env(src)  # the plain environment: no transform, no drift counter
+    agent = PolicyAgent(res.policy, greedy=True)
+    for part in ("warm", "cold"):
+        per_task = run_episodes(env, agent, src.tasks(part))
+        s = summarise(per_task)
+        line[part] = {m: round(s[m], 4) for m in METRICS if m in s} | {"n_tasks": s["n_tasks"]}
+        if group_of is not None and per_task.height:
+            labelled = per_task.with_columns(
+                pl.col("user_id").map_elements(group_of, return_dtype=pl.String).alias("grp")
+            )
+            for (label,), sub in labelled.group_by("grp"):
+                s = summarise(sub)
+                line[part][label] = {m: round(s[m], 4) for m in METRICS if m in s} | {"n_tasks": s["n_tasks"]}
+    for m in METRICS:  # the issue's flat keys: the warm tasks
+        if m in line["warm"]:
+            line[m] = line["warm"][m]
+    return line
+
+
+class _StepEnv(BatchEnv):
+    """Sets the drift's step to the updates completed: the trainer resets once per update."""
+
+    drift: LevelDrift
+    resets = 0
+
+    def reset(self, tasks: Sequence[Task]) -> list[Observation]:
+        self.drift.step, self.resets = self.resets, self.resets + 1
+        return super().reset(tasks)
+
+
+@dataclass
+class _DriftSource(EnvSource):
+    drift: LevelDrift | None = None
+
+    def env(self, preference_transform: PreferenceTransform | None = None) -> BatchEnv:
+        e = _StepEnv(
+            self.catalogue,
+            self.reward_model,
+            self.cfg,
+            true_interest=None if self.truth is None else self.truth.interest,
+            preference_transform=preference_transform,
+        )
+        e.drift = self.drift
+        return e
+
+
+def summarise_results(path: Path) -> str:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    out = []
+    for setting in SETTINGS:
+        here = [r for r in rows if r["setting"] == setting]
+        if not here:
+            continue
+        b = here[0]["budget"]
+        out.append(
+            f"\n### {setting} (G = {here[0]['G']}; {b['updates']} updates x {b['tasks_per_update']} tasks, "
+            f"{b['rollouts']} rollouts; seeds {sorted({r['seed'] for r in here})})\n"
+        )
+        groups = sorted({k for r in here for k, v in r["warm"].items() if isinstance(v, dict)})
+        for part in ("warm", "cold"):
+            for grp in [None, *groups]:
+
+                def get(r: dict, m: str, part: str = part, grp: Any = grp) -> float | None:
+                    d = r[part] if grp is None else r[part].get(grp, {})
+                    return d.get(m)
+
+                ms = [m for m in METRICS if any(get(r, m) is not None for r in here)]
+                title = f"{part}" + ("" if grp is None else f", users {grp}")
+                n = here[0][part]["n_tasks"] if grp is None else here[0][part].get(grp, {}).get("n_tasks")
+                out.append(f"{title} ({n} tasks) | " + " | ".join(ms))
+                out.append("|".join(["---"] * (len(ms) + 1)))
+                by = {a: {r["seed"]: r for r in here if r["algo"] == a} for a in ALGOS}
+                for a in ALGOS:
+                    if by[a]:
+                        cells = [_ms([get(r, m) for r in by[a].values()]) for m in ms]
+                        out.append(f"{a} | " + " | ".join(cells))
+                for other in ("gdpo", "grpo"):
+                    seeds = sorted(set(by["parpo"]) & set(by[other]))
+                    if seeds:
+                        cells = [
+                            _ms([get(by["parpo"][s], m) - get(by[other][s], m) for s in seeds], sign=True)
+                            for m in ms
+                        ]
+                        out.append(f"parpo − {other} (paired, {len(seeds)} seeds) | " + " | ".join(cells))
+                out.append("")
+        curves = [r for r in here if "curve_preference" in r]
+        if curves:
+            out.append("training preference reward at 25/50/75/100 % of updates (mean over seeds):")
+            for a in ALGOS:
+                cs = [r["curve_preference"] for r in curves if r["algo"] == a]
+                if cs:
+                    out.append(
+                        f"- {a}: " + " / ".join(f"{statistics.mean(c[i] for c in cs):.3f}" for i in range(4))
+                    )
+            secs = [r["train_seconds"] for r in here]
+            out.append(
+                f"- train seconds per run: median {statistics.median(secs):.0f} (min {min(secs):.0f}, max {max(secs):.0f})"
+            )
+    return "\n".join(out)
+
+
+def _ms(xs: list[float | None], sign: bool = False) -> str:
+    v = [x for x in xs if x is not None]
+    if not v:
+        return "—"
+    fmt = "+.3f" if sign else ".3f"
+    sd = statistics.stdev(v) if len(v) > 1 else 0.0
+    return f"{statistics.mean(v):{fmt}} ± {sd:.3f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--setting", choices=SETTINGS)
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/policy-compare"))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--summarise", action="store_true", help="print the markdown tables of --results")
+    args = ap.parse_args()
+    if args.summarise:
+        print(summarise_results(args.results))
+        return
+    if args.setting is None:
+        ap.error("--setting or --summarise")
+    import torch
+
+    torch.set_num_threads(1)
+    data, reg = data_for(args.setting, args.workdir)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if args.results.is_file():  # the study runs in parts: a rerun skips what is recorded
+        for x in args.results.read_text().splitlines():
+            r = json.loads(x)
+            done.add((r["setting"], r["algo"], r["seed"], r["budget"]["rollouts"]))
+    for seed in args.seeds:  # seed-major: an interrupted study still has complete pairs
+        for algo in args.algos:
+            g = 2 if args.setting == "synthetic-g2" else 8
+            if (args.setting, algo, seed, UPDATES * ROLLOUTS_PER_UPDATE // g * g) in done:
+                continue
+            line = one_run(args.setting, algo, seed, data, reg, args.workdir)
+            print(json.dumps(line), flush=True)
+            with args.results.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
