@@ -194,34 +194,16 @@ def main() -> None:
     fwd = forward_ms(reg, users, args.k)
     print(json.dumps({"bench": "serve_load", "what": "forward", "forward_ms": fwd,
                       "policy_version": bundle.version.name}), flush=True)  # fmt: skip
+
+    def serve_cmd(port: int, events: str, *overrides: str) -> list[str]:
+        return [sys.executable, "-m", "parpo.cli.main", "serve", "-r", str(reg), "--port", str(port),
+                "--events", str(work / events), *overrides]  # fmt: skip
+
     results: dict[str, dict[int, dict]] = {}
     servers = {
         "floor": lambda p: [sys.executable, "-c", FLOOR_APP, str(p)],
-        "ours": lambda p: [
-            sys.executable,
-            "-m",
-            "parpo.cli.main",
-            "serve",
-            "-r",
-            str(reg),
-            "--port",
-            str(p),
-            "--events",
-            str(work / "events-ours"),
-        ],  # fmt: skip
-        "nobatch": lambda p: [
-            sys.executable,
-            "-m",
-            "parpo.cli.main",
-            "serve",
-            "-r",
-            str(reg),
-            "--port",
-            str(p),
-            "--events",
-            str(work / "events-nobatch"),
-            "batching.max_batch=1",
-        ],  # fmt: skip
+        "ours": lambda p: serve_cmd(p, "events-ours"),
+        "nobatch": lambda p: serve_cmd(p, "events-nobatch", "batching.max_batch=1"),
     }
     batch_c32 = None
     for name, cmd in servers.items():

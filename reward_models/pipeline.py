@@ -57,8 +57,9 @@ class TrainOutcome:
     run_dir: Path
 
 
-def default_run_dir() -> Path:
-    return Path("runs") / f"reward-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+def default_run_dir(kind: str = "reward") -> Path:
+    """A fresh ``runs/<kind>-<time>-<id>`` folder name for a training run."""
+    return Path("runs") / f"{kind}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def eval_config(cfg: RewardConfig) -> dict[str, Any]:

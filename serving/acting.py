@@ -60,10 +60,8 @@ class LoadedModel:
 
     @classmethod
     def load(cls, registry: str, version: str | None, seed: int) -> LoadedModel:
-        from parpo.trainer.config import PolicyTrainConfig
-
         bundle = PolicyBundle.load(registry, version)
-        env_cfg = PolicyTrainConfig.model_validate(bundle.version.config).env
+        env_cfg = bundle.env
         c = bundle.catalogue
         rank = np.argsort(np.argsort(c.popularity, kind="stable"), kind="stable")
         decile = dict(zip(c.item_ids, (rank * 10 // max(len(c), 1)).tolist(), strict=True))

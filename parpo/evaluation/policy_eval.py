@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from data_pipelines.errors import DataError
 from data_pipelines.transaction import atomic_write_bytes
 from parpo.env.baselines import Agent
 from parpo.env.environment import BatchEnv
@@ -64,13 +65,10 @@ def evaluate_policy(
     from reward_models.registry import Registry
 
     bundle = PolicyBundle.load(registry, version)
-    cfg = bundle.version.config
-    from parpo.trainer.config import PolicyTrainConfig
-
-    env_cfg = PolicyTrainConfig.model_validate(cfg).env
+    env_cfg = bundle.env
     src = EnvSource.load(data_dir, registry, bundle.reward_version, env_cfg)
     if src.catalogue.item_ids != bundle.catalogue.item_ids:
-        raise ValueError(
+        raise DataError(
             f"{data_dir}: its catalogue ({len(src.catalogue)} items) is not the one policy "
             f"{bundle.version.name} was trained with ({len(bundle.catalogue)}); evaluate on that dataset"
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parpo.env.catalogue import Catalogue
+from parpo.env.config import EnvConfig
 from parpo.policy.native import NativePolicy
 
 KIND = "policy"
@@ -31,6 +32,7 @@ class PolicyBundle:
     catalogue: Catalogue
     version: Any  # reward_models.registry.Version
     reward_version: str
+    env: EnvConfig  # the environment rules the policy was trained under (its config's ``env``)
 
     @classmethod
     def load(cls, registry: str | Path, version: str | None = None) -> PolicyBundle:
@@ -48,4 +50,5 @@ class PolicyBundle:
         rm = RewardModel.load(rv.path, verify=False)  # just verified by open()
         catalogue = Catalogue.read(v.file(CATALOGUE))
         policy = NativePolicy.load(v.path / POLICY_DIR, rm, catalogue)
-        return cls(policy, rm, catalogue, v, rv.name)
+        env = EnvConfig.model_validate((v.config or {}).get("env", {}))
+        return cls(policy, rm, catalogue, v, rv.name, env)

@@ -33,7 +33,7 @@ class Featurizer:
     def __init__(self, reward_model: Any, catalogue: Catalogue, max_candidates: int, max_k: int) -> None:
         self.reward_model, self.catalogue = reward_model, catalogue
         self.max_candidates, self.max_k = max_candidates, max_k
-        self._users: dict[str, np.ndarray] = {}
+        self._users: dict[tuple[str, tuple[str, ...] | None], np.ndarray] = {}
         price = np.nan_to_num(catalogue.price, nan=0.0)
         self._log_max_price = float(np.log1p(price.max(initial=0.0))) or 1.0
         self.user_dim = int(self._user_vectors(["\x00probe"], [None]).shape[1])
@@ -44,27 +44,17 @@ class Featurizer:
         return torch.cat([vecs[b] for b in sorted(vecs)], dim=1).numpy().astype(np.float32)
 
     def users(self, observations: Sequence[Observation]) -> np.ndarray:
-        """[B, U] user vectors; warm users from the cache, cold users (with a profile) each time."""
-        todo = [
-            o.task for o in observations if o.task.profile is not None or o.task.user_id not in self._users
-        ]
-        if todo:
-            vecs = self._user_vectors([t.user_id for t in todo], [t.profile for t in todo])
-            fresh = {t.user_id: v for t, v in zip(todo, vecs, strict=True) if t.profile is None}
-            self._users.update(fresh)
-            cold = {
-                (t.user_id, t.profile): v for t, v in zip(todo, vecs, strict=True) if t.profile is not None
-            }
-        else:
-            cold = {}
-        return np.stack(
-            [
-                cold[(o.task.user_id, o.task.profile)]
-                if o.task.profile is not None
-                else self._users[o.task.user_id]
-                for o in observations
-            ]
+        """[B, U] user vectors, one reward-model call per distinct (user, profile) of the batch;
+        warm users (no profile) are cached, cold ones are not (serving sees endless profiles)."""
+        keys = [(o.task.user_id, o.task.profile) for o in observations]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._users))
+        fresh = (
+            dict(zip(todo, self._user_vectors([u for u, _ in todo], [p for _, p in todo]), strict=True))
+            if todo
+            else {}
         )
+        self._users.update({k: v for k, v in fresh.items() if k[1] is None})
+        return np.stack([fresh[k] if k in fresh else self._users[k] for k in keys])
 
     def encode(self, observations: Sequence[Observation]) -> dict[str, Tensor]:
         b, n, f = len(observations), self.max_candidates, len(FEATURES)

@@ -97,11 +97,8 @@ def predict_file(
 ) -> int:
     """Answer every request of ``requests`` with ``version`` (default: production); returns the count."""
     bundle = PolicyBundle.load(registry, version)
-    from parpo.trainer.config import PolicyTrainConfig
-
-    env_cfg = PolicyTrainConfig.model_validate(bundle.version.config).env
     tasks = read_requests(requests, bundle.reward_model.user_index)
-    env = BatchEnv(bundle.catalogue, bundle.reward_model, env_cfg)
+    env = BatchEnv(bundle.catalogue, bundle.reward_model, bundle.env)
     per_task = run_episodes(env, PolicyAgent(bundle.policy), tasks, batch_size=batch_size)
     result = per_task.select(
         pl.col("task_id").alias("request_id"),

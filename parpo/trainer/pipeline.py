@@ -26,12 +26,6 @@ class PolicyOutcome:
     summary: dict[str, float]
 
 
-def default_run_dir() -> Path:
-    from reward_models.registry.layout import utc_now
-
-    return Path("runs") / f"policy-{utc_now().replace(':', '').replace('-', '')[:15]}-{os.getpid()}"
-
-
 def final_summary(history: list[dict[str, float]], last: int = 5) -> dict[str, float]:
     """Means of the last ``last`` updates' reward and report metrics (what training ended at)."""
     tail = history[-last:]
@@ -51,11 +45,12 @@ def train_and_publish(
     preference_transform: PreferenceTransform | None = None,
 ) -> PolicyOutcome | None:
     """Train on the reward version's split (default: production); None on DDP ranks other than 0."""
+    from reward_models.pipeline import default_run_dir
     from reward_models.registry import Lineage, Registry, SplitRef
 
     if run_dir is None and os.environ.get("LOCAL_RANK", "0") != "0":
         run_dir = os.environ.get(RUN_DIR_ENV)  # a rank the DDP launcher started: same folder
-    run = Path(run_dir or default_run_dir())
+    run = Path(run_dir or default_run_dir("policy"))
     os.environ[RUN_DIR_ENV] = str(run.resolve())
     source = EnvSource.load(data_dir, registry, reward_version, cfg.env)
     result = PolicyTrainer(cfg, source, run, preference_transform=preference_transform).fit(resume)

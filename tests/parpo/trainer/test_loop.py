@@ -36,7 +36,7 @@ def test_rollouts_group_g_episodes_per_task_and_sum_episodic_rewards(source):
     steps = torch.bincount(roll.episode, minlength=15)
     assert steps.min() >= 1 and steps.max() <= cfg.env.max_steps
     assert [i["steps"] for i in roll.infos] == steps.tolist()
-    # Components are episodic: the summed value equals the final step's, in [0, 1].
+    # Components are episodic (non-zero only at the final step), so the per-episode sums stay in [0, 1].
     for k, v in roll.rewards.items():
         assert ((v >= 0) & (v <= 1)).all(), k
     users = [source.reward_model.user_index[t.user_id] for t in tasks for _ in range(3)]
