@@ -8,7 +8,6 @@ for every served item of the batch. Everything here runs on the model thread onl
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,8 +15,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from parpo.env.environment import BatchEnv
-from parpo.env.evaluate import run_episodes
 from parpo.env.schema import ACTION_SCHEMA_VERSION, Constraints, Recommend, Request, Search
 from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
@@ -27,18 +24,6 @@ from serving.schemas import ActRequest
 
 #: ``explore`` at or below this is greedy serving.
 GREEDY = 0.0
-
-
-class _NoReward:
-    """Serving reads slates, never rewards: the env's preference reward is skipped (~10% of a call)."""
-
-    def preference_reward(
-        self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Any = None
-    ) -> np.ndarray:
-        return np.zeros(len(user_ids))
-
-
-_NO_REWARD = _NoReward()
 
 
 @dataclass
@@ -52,7 +37,6 @@ class Answer:
 @dataclass
 class LoadedModel:
     bundle: PolicyBundle
-    env_cfg: Any  # parpo.env.config.EnvConfig
     seed: int
     loaded_at: float = field(default_factory=time.time)
     decile: dict[str, int] = field(default_factory=dict)  # item -> popularity decile (0: least popular)
@@ -61,11 +45,10 @@ class LoadedModel:
     @classmethod
     def load(cls, registry: str, version: str | None, seed: int) -> LoadedModel:
         bundle = PolicyBundle.load(registry, version)
-        env_cfg = bundle.env
         c = bundle.catalogue
         rank = np.argsort(np.argsort(c.popularity, kind="stable"), kind="stable")
         decile = dict(zip(c.item_ids, (rank * 10 // max(len(c), 1)).tolist(), strict=True))
-        return cls(bundle, env_cfg, seed, decile=decile)
+        return cls(bundle, seed, decile=decile)
 
     @property
     def policy_version(self) -> str:
@@ -75,12 +58,7 @@ class LoadedModel:
         # One agent (and one generator) per temperature for the life of the version: a fresh
         # seed per batch would repeat the same draws for identical requests.
         if temperature not in self._agents:
-            if temperature <= GREEDY:
-                self._agents[temperature] = PolicyAgent(self.bundle.policy, greedy=True)
-            else:
-                policy = copy.copy(self.bundle.policy)  # shares the network; only tau differs
-                policy.temperature = temperature
-                self._agents[temperature] = PolicyAgent(policy, greedy=False, seed=self.seed)
+            self._agents[temperature] = self.bundle.agent(max(temperature, GREEDY), self.seed)
         return self._agents[temperature]
 
     def warm(self, n_samples: int, temperature: float) -> None:
@@ -100,8 +78,7 @@ class LoadedModel:
             idx = [i for i, t in enumerate(temps) if t == tau]
             n = 1 if tau <= GREEDY else n_samples
             tasks = [self._task(requests[i]) for i in idx for _ in range(n)]
-            env = BatchEnv(self.bundle.catalogue, _NO_REWARD, self.env_cfg)
-            per_task = run_episodes(env, self._agent(tau), tasks, batch_size=len(tasks))
+            per_task, env = self.bundle.rollout(self._agent(tau), tasks)
             slates = per_task["slate"].to_list()
             for j, i in enumerate(idx):
                 first = j * n
@@ -171,17 +148,8 @@ class LoadedModel:
 
     def _task(self, r: ActRequest) -> Task:
         req = r.request
-        return Task(
-            task_id=r.request_id,
-            user_id=r.user_id,
-            request=Request(
-                category=req.category, constraints=req.constraints or Constraints(), text=req.text
-            ),
-            target="",
-            cold=r.user_id not in self.bundle.reward_model.user_index,
-            candidates=tuple(r.candidates) if r.candidates is not None else None,
-            k=r.k,
-        )
+        request = Request(category=req.category, constraints=req.constraints or Constraints(), text=req.text)
+        return self.bundle.task(r.request_id, r.user_id, request, candidates=r.candidates, k=r.k)
 
     def _answer(
         self,

@@ -43,7 +43,18 @@ DECISION = pl.Struct(
         "evaluable": pl.Boolean,
         "fallback": pl.String,
         "explore": pl.Float64,
-        "request": pl.Struct({"category": pl.String}),
+        "n_samples": pl.Int32,
+        "request": pl.Struct(
+            {
+                "category": pl.String,
+                "constraints": pl.Struct(
+                    {"price_min": pl.Float64, "price_max": pl.Float64, "attributes": pl.List(pl.String)}
+                ),
+                "text": pl.String,
+            }
+        ),
+        "k": pl.Int32,
+        "candidates": pl.List(pl.String),
         "slate": SLATE,
     }
 )
@@ -114,12 +125,29 @@ def _logging_policy() -> pl.Expr:
     )
 
 
+def _context() -> pl.Expr:
+    """The request as the API received it (what a replayed policy must answer), and how it was served."""
+    r = pl.col("request").struct
+    asked = pl.struct(
+        r.field("category"), r.field("constraints"), r.field("text"), pl.col("k"), pl.col("candidates")
+    ).struct.json_encode()
+    entries = [pl.struct(key=pl.lit("request"), value=asked)] + [
+        pl.when(pl.col(c).is_not_null()).then(pl.struct(key=pl.lit(c), value=pl.col(c).cast(pl.String)))
+        for c in ("explore", "n_samples")
+    ]
+    return pl.concat_list(entries).list.drop_nulls()
+
+
 def _decision_rows(fields: pl.DataFrame) -> pl.DataFrame:
     df = _decode(fields, DECISION)
     bad = df.filter(pl.col("__why").is_not_null()).select(LINE, "__why")
     ok = (
         df.filter(pl.col("__why").is_null())
-        .with_columns(_logging_policy().alias("logging_policy"), pl.col("request").struct.field("category"))
+        .with_columns(
+            _logging_policy().alias("logging_policy"),
+            _context().alias("__context"),
+            pl.col("request").struct.field("category"),
+        )
         .explode("slate")
         .filter(pl.col("slate").is_not_null())  # a decision with an empty slate served nothing
         .with_columns(
@@ -142,6 +170,7 @@ def _decision_rows(fields: pl.DataFrame) -> pl.DataFrame:
             "position",
             "propensity",
             "logging_policy",
+            "__context",
             "__why",
         )  # fmt: skip
     )

@@ -18,10 +18,19 @@ OBD_POLICIES = ("uniform", "obd-bts")
 
 @app.command()
 def ope(
-    logs: Annotated[Path, typer.Option("--logs", "-l", help="Dataset folder with logged impressions (OBD).")],
+    logs: Annotated[
+        Path,
+        typer.Option(
+            "--logs",
+            "-l",
+            help="Canonical dataset of logged impressions: OBD, or server logs (--source parpo-events).",
+        ),
+    ],
     policy: Annotated[
         str,
-        typer.Option("--policy", "-p", help="Evaluated policy: uniform, obd-bts, or a registry version."),
+        typer.Option(
+            "--policy", "-p", help="Evaluated policy: uniform, obd-bts (OBD logs), or a registry version."
+        ),
     ],
     registry: Annotated[
         Path | None, typer.Option("--registry", "-r", help="Registry holding --policy when it is a version.")
@@ -32,16 +41,37 @@ def ope(
             "--prior", help="obd-bts: the Thompson-sampling prior, prior_bts.yaml of the OBD folder."
         ),
     ] = None,
+    explore: Annotated[
+        float,
+        typer.Option("--explore", min=0.0, help="Version: sampling temperature evaluated (0: greedy)."),
+    ] = 1.0,
+    samples: Annotated[
+        int, typer.Option("--samples", min=1, help="Version: episodes per logged request for pi_e.")
+    ] = 64,
+    reward: Annotated[
+        str, typer.Option("--reward", help="Version: the feedback event that counts as the reward.")
+    ] = "click",
+    logging_policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--logging-policy", help="Version: use only these loggers' rows (default: every sampled one)."
+        ),
+    ] = None,
     n_boot: Annotated[
         int, typer.Option("--n-boot", min=2, help="Bootstrap resamples (shared by all).")
     ] = 500,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and resamples.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the folds, resamples and pi_e samples.")] = 0,
     as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per estimator and campaign.")
+        bool, typer.Option("--json", help="One JSON object per estimator (and campaign).")
     ] = False,
 ) -> None:
-    """Estimate a policy's click rate from the other policy's logs with replay, IPS, SNIPS, DM, DR,
-    SwitchDR and DRos (95% bootstrap intervals), next to its on-policy click rate."""
+    """Estimate a policy's reward per logged slot off-policy: IPS, SNIPS, DM, DR, SwitchDR, DRos
+    (and replay on uniform logs), with 95% bootstrap intervals and overlap diagnostics.
+
+    OBD logs: uniform or obd-bts, from the other policy's logs, next to its on-policy click rate.
+
+    A registry version: from the server's sampled decisions (every logged request replayed),
+    recorded in the version's evals/ where parpo eval report finds it."""
     from data_pipelines.errors import UserError
 
     if policy not in OBD_POLICIES:
@@ -49,10 +79,8 @@ def ope(
             raise UserError(
                 f"--policy {policy!r}: choose {' or '.join(OBD_POLICIES)}, or a version with --registry"
             )
-        raise UserError(
-            f"--policy {policy!r}: registry policies are not yet supported for OBD logs (OBD has no users); "
-            f"use {' or '.join(OBD_POLICIES)}"
-        )
+        _ope_version(logs, policy, registry, explore, samples, reward, logging_policy, n_boot, seed, as_json)
+        return
     if policy == "obd-bts" and (prior is None or not prior.is_file()):
         raise UserError(
             f"--policy obd-bts needs --prior PATH (prior_bts.yaml of the Open Bandit Dataset folder); got {prior}"
@@ -67,6 +95,65 @@ def ope(
                 typer.echo(json.dumps({**row, "overlap": result["overlap"]}))
             continue
         _print(console, campaign, result)
+
+
+def _ope_version(
+    logs: Path,
+    version: str,
+    registry: Path,
+    explore: float,
+    samples: int,
+    reward: str,
+    loggers: list[str] | None,
+    n_boot: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    from parpo.cli.console import console
+    from parpo.evaluation.ope.policy import evaluate_served, record_served
+    from parpo.policy.bundle import PolicyBundle
+
+    bundle = PolicyBundle.load(registry, version)
+    with console.status(f"replaying the logged requests with {bundle.version.name}"):
+        result = evaluate_served(
+            logs, bundle, logging_policies=loggers, reward_event=reward, samples=samples,
+            temperature=explore, n_boot=n_boot, seed=seed,
+        )  # fmt: skip
+    config = {"explore": explore, "samples": samples, "reward": reward, "loggers": result["logging_policies"],
+              "n_boot": n_boot, "seed": seed}  # fmt: skip
+    path = record_served(registry, logs, result, config)
+    if as_json:
+        for row in result["rows"]:
+            typer.echo(
+                json.dumps({**row, "policy_version": result["policy_version"], "overlap": result["overlap"]})
+            )
+        return
+    from rich.table import Table
+
+    ov, lg = result["overlap"], result["logged"]
+    t = Table(
+        title=f"{result['policy_version']} (explore {result['temperature']:g}) from {result['n_rows']:,} slots "
+        f"of {result['n_requests']:,} requests by {', '.join(result['logging_policies'])} "
+        f"({reward} per slot, 95% intervals, B = {n_boot})",
+        title_justify="left",
+    )
+    for col in ("estimator", reward, "interval"):
+        t.add_column(col, justify="left" if col == "estimator" else "right")
+    for r in result["rows"]:
+        t.add_row(r["estimator"], f"{r['estimate']:.4f}", f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]")
+    t.add_row("logged", f"{lg['estimate']:.4f}", f"[{lg['ci_low']:.4f}, {lg['ci_high']:.4f}]", style="bold")
+    console.print(t)
+    console.print(
+        f"overlap: ESS {ov['ess']:,.0f} of {ov['n']:,} rows, weight mean {ov['weight_mean']:.2f}, "
+        f"max {ov['weight_max']:.1f}, never taken {ov['share_never_taken']:.1%}, "
+        f"propensity at its 1/N floor {ov['propensity_floor_share']:.1%}"
+    )
+    if ov["propensity_floor_share"] > 0.2:
+        console.print(
+            "[yellow]warning:[/] many logged propensities are at their 1/N floor: IPS and DR are biased "
+            "down there (docs/evaluation.md); serve with more exploration samples, or read SNIPS"
+        )
+    console.print(f"recorded: {path}")
 
 
 def _print(console: Any, campaign: str, result: dict[str, Any]) -> None:

@@ -7,22 +7,45 @@ vectors it reads and whose preference reward it was trained on.
 
     bundle = PolicyBundle.load("REG")            # production policy + its reward model
     out = bundle.policy.act(observations, greedy=True)
+    per_task, env = bundle.rollout(bundle.agent(1.0, seed=0), [bundle.task("r1", "u1", Request())])
+
+``task``/``agent``/``rollout`` answer requests that are not held-out tasks (serving, and the
+logged requests of off-policy evaluation), the same way in both.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import polars as pl
+
 from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
+from parpo.env.environment import BatchEnv
+from parpo.env.evaluate import run_episodes
+from parpo.env.schema import Request
+from parpo.env.tasks import Task
+from parpo.policy.agent import PolicyAgent
 from parpo.policy.native import NativePolicy
 
 KIND = "policy"
 CATALOGUE = "catalogue.parquet"
 ANCHORS = "anchors.parquet"
 POLICY_DIR = "policy"
+
+
+class _NoReward:
+    """Answering a request reads slates, never rewards: the preference reward (~10% of a call) is skipped."""
+
+    def preference_reward(
+        self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Any = None
+    ) -> np.ndarray:
+        return np.zeros(len(user_ids))
 
 
 @dataclass
@@ -52,3 +75,39 @@ class PolicyBundle:
         policy = NativePolicy.load(v.path / POLICY_DIR, rm, catalogue)
         env = EnvConfig.model_validate((v.config or {}).get("env", {}))
         return cls(policy, rm, catalogue, v, rv.name, env)
+
+    def task(
+        self,
+        request_id: str,
+        user_id: str,
+        request: Request,
+        *,
+        candidates: Sequence[str] | None = None,
+        k: int | None = None,
+    ) -> Task:
+        """An episode for a live or logged request: no held-out target; a user the reward model
+        has never seen is cold."""
+        return Task(
+            task_id=request_id,
+            user_id=user_id,
+            request=request,
+            target="",
+            cold=user_id not in self.reward_model.user_index,
+            candidates=tuple(candidates) if candidates is not None else None,
+            k=k,
+        )
+
+    def agent(self, temperature: float, seed: int = 0) -> PolicyAgent:
+        """Greedy at ``temperature`` <= 0, else sampling at ``temperature`` from a generator seeded
+        with ``seed``; the network is shared, only the temperature differs."""
+        if temperature <= 0:
+            return PolicyAgent(self.policy, greedy=True)
+        policy = copy.copy(self.policy)
+        policy.temperature = temperature
+        return PolicyAgent(policy, greedy=False, seed=seed)
+
+    def rollout(self, agent: PolicyAgent, tasks: Sequence[Task]) -> tuple[pl.DataFrame, BatchEnv]:
+        """One episode per task in one batch: ``run_episodes``' rows (plan, slate, task rewards;
+        ``preference`` is 0, not computed) and the env, whose ``episodes`` hold each plan's calls."""
+        env = BatchEnv(self.catalogue, _NoReward(), self.env)
+        return run_episodes(env, agent, tasks, batch_size=max(len(tasks), 1)), env

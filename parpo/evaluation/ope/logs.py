@@ -1,7 +1,9 @@
 """Logged bandit feedback read from a canonical dataset (``data_pipelines.dataset.Dataset``).
 
 Rows are the ``impression`` events with a propensity and a position (the server's decision
-logs and OBD both land there); ``value`` is the logged reward. The action set of a slice is
+logs and OBD both land there). The reward is the impression's own ``value`` (OBD: the click)
+or, with ``reward_event``, whether feedback of that kind names the same request and position
+(the server's logs: a ``click`` event answers an impression). The action set of a slice is
 every item of the chosen category in the items table, so items never logged still get
 evaluated-policy mass.
 """
@@ -20,9 +22,12 @@ from parpo.evaluation.ope.feedback import LoggedFeedback
 
 @dataclass(frozen=True)
 class Logs:
-    """One slice of logs, pi_e not yet attached. ``items``: action index -> item_id."""
+    """One slice of logs, pi_e not yet attached. ``items``: action index -> item_id;
+    ``request_ids``/``user_ids``: each row's request (the slate it was shown in) and user."""
 
     items: list[str]
+    request_ids: list[str | None]
+    user_ids: list[str | None]
     context: np.ndarray
     action: np.ndarray
     position: np.ndarray  # 0-based
@@ -45,11 +50,13 @@ class Logs:
 
 def read_logs(
     root: str | Path,
-    logging_policy: str,
+    logging_policy: str | Sequence[str],
     category: str | None = None,
     context_features: Sequence[str] | None = None,
+    reward_event: str | None = None,
 ) -> Logs:
-    """Impressions logged by ``logging_policy`` on items of ``category`` (None: all items).
+    """Impressions logged by ``logging_policy`` (one name or several: each row keeps its own
+    logger's propensity) on items of ``category`` (None: all items).
 
     The context is the user when there is one, else the request's ``context_features`` (feature
     keys of the contexts table that describe who was shown the slate, e.g. OBD's
@@ -60,6 +67,7 @@ def read_logs(
     from data_pipelines.dataset import Dataset
 
     ds = Dataset(root)
+    loggers = [logging_policy] if isinstance(logging_policy, str) else list(logging_policy)
     items = ds.items().select("item_id", "category")
     if category is not None:
         items = items.filter(pl.col("category") == category)
@@ -67,7 +75,7 @@ def read_logs(
         ds.interactions()
         .filter(
             (pl.col("event") == "impression")
-            & (pl.col("logging_policy") == logging_policy)
+            & pl.col("logging_policy").is_in(loggers)
             & pl.col("propensity").is_not_null()
             & pl.col("position").is_not_null()
         )
@@ -79,8 +87,19 @@ def read_logs(
         policies = ds.interactions().select(pl.col("logging_policy").unique()).collect().to_series().to_list()
         where = f" on category {category!r}" if category else ""
         raise DataError(
-            f"{ds.root}: no impressions logged by {logging_policy!r}{where} (logging policies here: "
-            f"{', '.join(sorted(p for p in policies if p)) or 'none'})"
+            f"{ds.root}: no impressions logged by {' or '.join(map(repr, loggers))}{where} (logging "
+            f"policies here: {', '.join(sorted(p for p in policies if p)) or 'none'})"
+        )
+    if reward_event is not None:
+        answered = (
+            ds.interactions()
+            .filter(pl.col("event") == reward_event)
+            .select("request_id", "position", pl.lit(1.0).alias("__r"))
+            .unique()
+            .collect()
+        )
+        rows = rows.join(answered, on=["request_id", "position"], how="left").with_columns(
+            pl.col("__r").fill_null(0.0).alias("value")
         )
     key = pl.col("user_id")
     if context_features:
@@ -101,6 +120,8 @@ def read_logs(
     index = {item: i for i, item in enumerate(item_ids)}
     return Logs(
         items=item_ids,
+        request_ids=rows["request_id"].to_list(),
+        user_ids=rows["user_id"].to_list(),
         context=rows["__ctx"].rank("dense").to_numpy().astype(np.int64) - 1,
         action=np.array([index[i] for i in rows["item_id"].to_list()], dtype=np.int64),
         position=rows["position"].to_numpy().astype(np.int64) - 1,

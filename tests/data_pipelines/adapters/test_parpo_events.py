@@ -82,6 +82,16 @@ def test_decisions_and_events_become_impressions_and_feedback(tmp_path):
         "click": int(T0) + 3,
         "fav": int(T0) + 5,
     }
+    # Each decision's request, as the API received it, is a contexts row (OPE replays it).
+    ctx = {
+        r["request_id"]: {kv["key"]: kv["value"] for kv in r["features"]}
+        for r in Dataset(tmp_path / "ds").contexts().iter_rows(named=True)
+    }
+    assert sorted(ctx) == ["r1", "r2", "r3"]
+    assert json.loads(ctx["r1"]["request"]) == {
+        "category": "shoes", "constraints": None, "text": None, "k": 2, "candidates": None
+    }  # fmt: skip
+    assert (ctx["r1"]["explore"], ctx["r1"]["n_samples"], ctx["r2"]["explore"]) == ("1.0", "4", "0.0")
     rejects = pl.read_parquet(tmp_path / "ds" / summary["ingests"][-1]["rejects"]).sort("line")
     assert [(r["line"], r["reason"].split(" (")[0]) for r in rejects.iter_rows(named=True)] == [
         (2, "duplicate event"),

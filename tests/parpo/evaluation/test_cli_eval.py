@@ -19,9 +19,10 @@ def one_error(res: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_registry_versions_are_not_yet_supported_on_obd(tmp_path):
+def test_a_version_needs_its_registry(tmp_path):
+    assert "or a version with --registry" in one_error(run("--logs", str(tmp_path), "--policy", "v1"))
     err = one_error(run("--logs", str(tmp_path), "--policy", "v1", "--registry", str(tmp_path)))
-    assert "not yet supported for OBD logs (OBD has no users)" in err
+    assert "no policy versions yet" in err
 
 
 def test_bts_needs_its_prior(tmp_path):
