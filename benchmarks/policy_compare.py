@@ -17,6 +17,12 @@ Settings (data and reward model built once per dataset in ``--workdir`` and reus
            at every training reset: the trainer resets once per update); breakdown drifted / steady
   ml100k   ML-100K (first genre as category), G = 8
   amazon   Amazon Beauty 5-core (attribute-id constraints, order-based split), G = 8
+  hetero-pool  hetero at G = 2 with recurring users: training tasks come from a pool of 64
+           users (hash-stable, those with held-out tasks), so each user is drawn ~4 times per
+           update and their anchors are in use after ``n_min`` updates (in the other settings
+           users rarely recur within 16 updates: ``frac_anchored`` is 0-3%). Evaluated on up to
+           8 warm tasks per pool user (``env.tasks.per_user_eval=8``), cold tasks as usual, and
+           (greedy) on the pool's 256 training tasks, part ``train``
 
 Evaluation: the trained policy acts greedily on the warm (test) and cold tasks of the reward
 version's split, in the *untransformed* environment: ``preference`` is the reward model's own
@@ -50,7 +56,9 @@ from parpo.env.transforms import HeteroScale, LevelDrift  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "policy_compare.jsonl"
 ALGOS = ("parpo", "gdpo", "grpo")
-SETTINGS = ("synthetic-g8", "synthetic-g2", "hetero", "drift", "ml100k", "amazon")
+SETTINGS = ("synthetic-g8", "synthetic-g2", "hetero", "drift", "ml100k", "amazon", "hetero-pool")
+G2_SETTINGS = ("synthetic-g2", "hetero-pool")
+POOL_USERS = 64
 METRICS = ("task_quality", "preference", "true_preference", "hit@10", "ndcg@10")
 UPDATES, TASKS_G8 = 16, 64
 ROLLOUTS_PER_UPDATE = TASKS_G8 * 8
@@ -81,7 +89,7 @@ def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Pat
     from parpo.trainer.config import PolicyTrainConfig
     from parpo.trainer.loop import PolicyTrainer
 
-    g = 2 if setting == "synthetic-g2" else 8
+    g = 2 if setting in G2_SETTINGS else 8
     over = [
         f"train.updates={UPDATES}",
         f"train.tasks_per_update={ROLLOUTS_PER_UPDATE // g}",
@@ -92,17 +100,21 @@ def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Pat
         "runtime.device=cpu",
         "train.progress_bar=false",
     ]
+    if setting == "hetero-pool":
+        over += ["env.tasks.per_user_eval=8", "env.tasks.max_eval=100000"]
     cfg = load(PolicyTrainConfig, "policy", "default", over)
     src = EnvSource.load(data, reg, cfg=cfg.env)
     transform: Any = None
     group_of: Any = None  # user id -> breakdown label
-    if setting == "hetero":
+    if setting.startswith("hetero"):
         transform = HeteroScale(sigma=HETERO_SIGMA, seed=seed)
         group_of = lambda u: {0.1: "a0.1", 1.0: "a1", 10.0: "a10"}[transform.scale(u)]  # noqa: E731
     elif setting == "drift":
         transform = LevelDrift(at=UPDATES // 2, shift=DRIFT_SHIFT, seed=seed)
         group_of = lambda u: "drifted" if transform.drifts(u) else "steady"  # noqa: E731
         src = _DriftSource(**{f.name: getattr(src, f.name) for f in fields(src)}, drift=transform)
+    if setting == "hetero-pool":
+        src = _PoolSource(**{f.name: getattr(src, f.name) for f in fields(src)}, pool=_pool(src, POOL_USERS))
     run = work / "runs" / f"{setting}-{algo}-s{seed}"
     t0 = time.perf_counter()
     res = PolicyTrainer(cfg, src, run, preference_transform=transform).fit()
@@ -141,7 +153,8 @@ def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Pat
         }
     env = EnvSource.env(src)  # the plain environment: no transform, no drift counter
     agent = PolicyAgent(res.policy, greedy=True)
-    for part in ("warm", "cold"):
+    # hetero-pool also reports the pool's own training tasks (greedy): what the anchors optimise.
+    for part in ("warm", "cold", *(("train",) if setting == "hetero-pool" else ())):
         per_task = run_episodes(env, agent, src.tasks(part))
         s = summarise(per_task)
         line[part] = {m: round(s[m], 4) for m in METRICS if m in s} | {"n_tasks": s["n_tasks"]}
@@ -167,6 +180,25 @@ class _StepEnv(BatchEnv):
     def reset(self, tasks: Sequence[Task]) -> list[Observation]:
         self.drift.step, self.resets = self.resets, self.resets + 1
         return super().reset(tasks)
+
+
+@dataclass
+class _PoolSource(EnvSource):
+    """Training and warm tasks of the ``pool`` users only (cold tasks are other users anyway)."""
+
+    pool: frozenset[str] = frozenset()
+
+    def tasks(self, which: str) -> list[Task]:
+        tasks = super().tasks(which)
+        return tasks if which == "cold" else [t for t in tasks if t.user_id in self.pool]
+
+
+def _pool(src: EnvSource, n: int) -> frozenset[str]:
+    """``n`` users with both training and warm tasks, chosen by a hash of their id (stable)."""
+    import hashlib
+
+    both = {t.user_id for t in src.tasks("train")} & {t.user_id for t in src.tasks("warm")}
+    return frozenset(sorted(both, key=lambda u: hashlib.sha256(u.encode()).hexdigest())[:n])
 
 
 @dataclass
@@ -198,7 +230,7 @@ def summarise_results(path: Path) -> str:
             f"{b['rollouts']} rollouts; seeds {sorted({r['seed'] for r in here})})\n"
         )
         groups = sorted({k for r in here for k, v in r["warm"].items() if isinstance(v, dict)})
-        for part in ("warm", "cold"):
+        for part in [p for p in ("warm", "cold", "train") if p in here[0]]:
             for grp in [None, *groups]:
 
                 def get(r: dict, m: str, part: str = part, grp: Any = grp) -> float | None:
@@ -240,6 +272,53 @@ def summarise_results(path: Path) -> str:
     return "\n".join(out)
 
 
+CURVES = ("preference", "task/constraints", "task/items_valid", "task/valid_calls", "task/efficiency")
+
+
+def plot_curves(path: Path, out: Path) -> list[str]:
+    """Training curves per reward component (mean over seeds, one line per algorithm), one row
+    per setting, from the runs' ``logs/metrics.csv`` still on disk; returns the settings drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import polars as pl
+
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    runs = [r for r in rows if Path(r["curves_csv"]).is_file()]
+    settings = [s for s in SETTINGS if any(r["setting"] == s for r in runs)]
+    fig, axes = plt.subplots(len(settings), len(CURVES), figsize=(3.2 * len(CURVES), 2.4 * len(settings)),
+                             squeeze=False)  # fmt: skip
+    for i, setting in enumerate(settings):
+        for a, algo in enumerate(ALGOS):
+            logs = [
+                pl.read_csv(r["curves_csv"]) for r in runs if r["setting"] == setting and r["algo"] == algo
+            ]
+            for j, comp in enumerate(CURVES):
+                ys = [
+                    log[f"reward/{comp}/mean"].to_numpy()
+                    for log in logs
+                    if f"reward/{comp}/mean" in log.columns
+                ]
+                if ys:
+                    n = min(len(y) for y in ys)
+                    axes[i][j].plot(np.arange(1, n + 1), np.mean([y[:n] for y in ys], axis=0), f"C{a}",
+                                    label=f"{algo} ({len(ys)} seeds)")  # fmt: skip
+        for j, comp in enumerate(CURVES):
+            axes[i][j].set_title(f"{setting}: {comp}", fontsize=9)
+            axes[i][j].tick_params(labelsize=7)
+        axes[i][0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("update", fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=80)
+    tmp.replace(out)  # atomic: a reader never sees half a PNG
+    return settings
+
+
 def _ms(xs: list[float | None], sign: bool = False) -> str:
     v = [x for x in xs if x is not None]
     if not v:
@@ -257,9 +336,13 @@ def main() -> None:
     ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--summarise", action="store_true", help="print the markdown tables of --results")
+    ap.add_argument("--plot", type=Path, help="write the training curves per reward component (PNG)")
     args = ap.parse_args()
-    if args.summarise:
-        print(summarise_results(args.results))
+    if args.summarise or args.plot:
+        if args.summarise:
+            print(summarise_results(args.results))
+        if args.plot:
+            print(f"{args.plot}: {', '.join(plot_curves(args.results, args.plot))}")
         return
     if args.setting is None:
         ap.error("--setting or --summarise")
@@ -275,7 +358,7 @@ def main() -> None:
             done.add((r["setting"], r["algo"], r["seed"], r["budget"]["rollouts"]))
     for seed in args.seeds:  # seed-major: an interrupted study still has complete pairs
         for algo in args.algos:
-            g = 2 if args.setting == "synthetic-g2" else 8
+            g = 2 if args.setting in G2_SETTINGS else 8
             if (args.setting, algo, seed, UPDATES * ROLLOUTS_PER_UPDATE // g * g) in done:
                 continue
             line = one_run(args.setting, algo, seed, data, reg, args.workdir)
