@@ -80,7 +80,16 @@ def data_for(setting: str, work: Path) -> tuple[Path, Path]:
     return prepare("synth", None, work, 1)
 
 
-def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Path) -> dict[str, Any]:
+def one_run(
+    setting: str,
+    algo: str,
+    seed: int,
+    data: Path,
+    reg: Path,
+    work: Path,
+    variant: tuple[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """One (setting, algorithm, seed) run; ``variant`` = (tag, extra KEY=VALUE overrides) for ablations."""
     import polars as pl
 
     from parpo.env.evaluate import run_episodes, summarise
@@ -102,6 +111,7 @@ def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Pat
     ]
     if setting == "hetero-pool":
         over += ["env.tasks.per_user_eval=8", "env.tasks.max_eval=100000"]
+    over += variant[1] if variant else []
     cfg = load(PolicyTrainConfig, "policy", "default", over)
     src = EnvSource.load(data, reg, cfg=cfg.env)
     transform: Any = None
@@ -115,7 +125,7 @@ def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Pat
         src = _DriftSource(**{f.name: getattr(src, f.name) for f in fields(src)}, drift=transform)
     if setting == "hetero-pool":
         src = _PoolSource(**{f.name: getattr(src, f.name) for f in fields(src)}, pool=_pool(src, POOL_USERS))
-    run = work / "runs" / f"{setting}-{algo}-s{seed}"
+    run = work / "runs" / f"{setting}-{algo}{'-' + variant[0] if variant else ''}-s{seed}"
     t0 = time.perf_counter()
     res = PolicyTrainer(cfg, src, run, preference_transform=transform).fit()
     train_s = time.perf_counter() - t0
@@ -123,6 +133,7 @@ def one_run(setting: str, algo: str, seed: int, data: Path, reg: Path, work: Pat
     line: dict[str, Any] = {
         "bench": "policy_compare",
         "algo": algo,
+        **({"variant": variant[0], "overrides": variant[1]} if variant else {}),
         "setting": setting,
         "G": g,
         "seed": seed,
@@ -221,7 +232,7 @@ def summarise_results(path: Path) -> str:
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     out = []
     for setting in SETTINGS:
-        here = [r for r in rows if r["setting"] == setting]
+        here = [r for r in rows if r["setting"] == setting and "variant" not in r]
         if not here:
             continue
         b = here[0]["budget"]
@@ -269,7 +280,38 @@ def summarise_results(path: Path) -> str:
             out.append(
                 f"- train seconds per run: median {statistics.median(secs):.0f} (min {min(secs):.0f}, max {max(secs):.0f})"
             )
+    out += _variants(rows)
     return "\n".join(out)
+
+
+def _variants(rows: list[dict[str, Any]]) -> list[str]:
+    """Ablation runs (``--variant``), next to the main algorithms of their setting, paired by seed."""
+    tags = sorted({(r["setting"], r["algo"], r["variant"]) for r in rows if "variant" in r})
+    out = ["\n### Variants (ablations)\n"] if tags else []
+    for setting, algo, tag in tags:
+        mine = {
+            r["seed"]: r for r in rows if (r["setting"], r["algo"], r.get("variant")) == (setting, algo, tag)
+        }
+        overrides = " ".join(next(iter(mine.values()))["overrides"])
+        for part in [p for p in ("warm", "train") if p in next(iter(mine.values()))]:
+            ms = [m for m in METRICS if next(iter(mine.values()))[part].get(m) is not None]
+            out.append(f"{setting}, {algo} [{tag}: {overrides}], {part} | " + " | ".join(ms))
+            out.append("|".join(["---"] * (len(ms) + 1)))
+            out.append(
+                f"{algo} [{tag}] | " + " | ".join(_ms([r[part][m] for r in mine.values()]) for m in ms)
+            )
+            for base in ALGOS:
+                by = {
+                    r["seed"]: r
+                    for r in rows
+                    if r["setting"] == setting and r["algo"] == base and "variant" not in r
+                }
+                seeds = sorted(set(by) & set(mine))
+                if seeds:
+                    cells = [_ms([mine[x][part][m] - by[x][part][m] for x in seeds], sign=True) for m in ms]
+                    out.append(f"[{tag}] − {base} (paired, {len(seeds)} seeds) | " + " | ".join(cells))
+            out.append("")
+    return out
 
 
 CURVES = ("preference", "task/constraints", "task/items_valid", "task/valid_calls", "task/efficiency")
@@ -337,7 +379,13 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--summarise", action="store_true", help="print the markdown tables of --results")
     ap.add_argument("--plot", type=Path, help="write the training curves per reward component (PNG)")
+    ap.add_argument("--variant", help="an ablation's tag: its runs are recorded apart from the main tables")
+    ap.add_argument(
+        "--override", nargs="+", default=[], metavar="KEY=VALUE", help="the variant's config overrides"
+    )
     args = ap.parse_args()
+    if bool(args.variant) != bool(args.override):
+        ap.error("--variant and --override go together")
     if args.summarise or args.plot:
         if args.summarise:
             print(summarise_results(args.results))
@@ -355,13 +403,14 @@ def main() -> None:
     if args.results.is_file():  # the study runs in parts: a rerun skips what is recorded
         for x in args.results.read_text().splitlines():
             r = json.loads(x)
-            done.add((r["setting"], r["algo"], r["seed"], r["budget"]["rollouts"]))
+            done.add((r["setting"], r["algo"], r["seed"], r["budget"]["rollouts"], r.get("variant")))
     for seed in args.seeds:  # seed-major: an interrupted study still has complete pairs
         for algo in args.algos:
             g = 2 if args.setting in G2_SETTINGS else 8
-            if (args.setting, algo, seed, UPDATES * ROLLOUTS_PER_UPDATE // g * g) in done:
+            if (args.setting, algo, seed, UPDATES * ROLLOUTS_PER_UPDATE // g * g, args.variant) in done:
                 continue
-            line = one_run(args.setting, algo, seed, data, reg, args.workdir)
+            variant = (args.variant, args.override) if args.variant else None
+            line = one_run(args.setting, algo, seed, data, reg, args.workdir, variant)
             print(json.dumps(line), flush=True)
             with args.results.open("a") as f:
                 f.write(json.dumps(line) + "\n")

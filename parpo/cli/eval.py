@@ -128,15 +128,22 @@ def _ope_version(
                 json.dumps({**row, "policy_version": result["policy_version"], "overlap": result["overlap"]})
             )
         return
+    print_served(result, path)
+
+
+def print_served(result: dict[str, Any], path: Path) -> None:
+    """The estimates of ``parpo.evaluation.ope.policy.evaluate_served`` as a table, the overlap
+    diagnostics and where they were recorded."""
     from rich.table import Table
 
-    ov, lg = result["overlap"], result["logged"]
-    t = Table(
-        title=f"{result['policy_version']} (explore {result['temperature']:g}) from {result['n_rows']:,} slots "
-        f"of {result['n_requests']:,} requests by {', '.join(result['logging_policies'])} "
-        f"({reward} per slot, 95% intervals, B = {n_boot})",
-        title_justify="left",
+    from parpo.cli.console import console
+
+    ov, lg, reward = result["overlap"], result["logged"], result["reward_event"]
+    console.print(
+        f"{result['policy_version']} at explore {result['temperature']:g}, from {result['n_rows']:,} slots of "
+        f"{result['n_requests']:,} requests served by {', '.join(result['logging_policies'])}"
     )
+    t = Table(title=f"{reward} per slot, 95% intervals (B = {lg['n_boot']})", title_justify="left")
     for col in ("estimator", reward, "interval"):
         t.add_column(col, justify="left" if col == "estimator" else "right")
     for r in result["rows"]:

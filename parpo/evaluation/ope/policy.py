@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from parpo.evaluation.ope.estimators import Terms
 from parpo.evaluation.ope.evaluate import evaluate_feedback
 from parpo.evaluation.ope.feedback import LoggedFeedback
 from parpo.evaluation.ope.logs import read_logs
+
+if TYPE_CHECKING:
+    from parpo.policy.bundle import PolicyBundle
 
 SCHEMA_VERSION = 1
 #: Episodes per ``rollout`` call: bounds the batch's memory, not the result.
@@ -109,13 +112,13 @@ def logged_requests(
 
 
 def slate_samples(
-    bundle: Any,
+    bundle: PolicyBundle,
     requests: Sequence[tuple[str, str, dict[str, Any]]],
     samples: int,
     temperature: float,
     seed: int = 0,
 ) -> list[list[list[str]]]:
-    """``samples`` slates of the evaluated policy (a ``PolicyBundle``) for each
+    """``samples`` slates of the evaluated policy for each
     ``(request_id, user_id, request)``: [R][samples][slate]. Greedy (``temperature`` <= 0) needs one."""
     from parpo.env.schema import Request
 
@@ -152,7 +155,7 @@ def position_marginals(
 
 def evaluate_served(
     root: str | Path,
-    bundle: Any,
+    bundle: PolicyBundle,
     *,
     logging_policies: Sequence[str] | None = None,
     reward_event: str = "click",
@@ -190,7 +193,7 @@ def evaluate_served(
     fb = LoggedFeedback(logs.context, action, logs.position, logs.reward, logs.pscore, pi_e)
     result = evaluate_feedback(fb, n_boot=n_boot, folds=folds, seed=seed)
     logged, _ = bootstrap({"logged": Terms(logs.reward)}, n_boot, seed=seed + 1)
-    floor = np.array([1.0 / served_n.get(r, 0) if served_n.get(r) else 0.0 for r in logs.request_ids])
+    floor = np.array([1.0 / served_n[r] if served_n.get(r) else 0.0 for r in logs.request_ids])
     rows = [{"estimator": name, **est} for name, est in result["estimates"].items()]
     return {
         "schema_version": SCHEMA_VERSION,

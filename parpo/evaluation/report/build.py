@@ -4,8 +4,8 @@ external file or network access) and a markdown summary with the same numbers.
 Baselines (random, popularity, fixed plan, greedy reward) are taken from the first selected
 version's eval: on one dataset and reward version every version sees the same ones. An OPE
 section is shown for evals whose result holds ``ope: {"rows": [{"estimator", "estimate",
-"ci_low", "ci_high"}, ...]}`` (the row shape of ``parpo eval ope``); none is recorded for
-registry policies yet, so the report usually says "no logged feedback".
+"ci_low", "ci_high"}, ...]}`` (what ``parpo eval ope --policy V`` records from served logs);
+versions never evaluated on logs say "no logged feedback".
 """
 
 from __future__ import annotations
@@ -188,25 +188,34 @@ def _comparisons(doc: _Doc, policies: list[PolicyData]) -> None:
 
 
 def _ope(doc: _Doc, policies: list[PolicyData]) -> None:
-    doc.section("Off-policy estimates")
-    pts, rows = [], []
+    doc.section(
+        "Off-policy estimates",
+        "Each version acting at the stated exploration, estimated from served logs, next to the logging "
+        "policies' own rate (reward per logged slot). A small ESS or a weight mean far below 1 means the "
+        "logs barely cover the evaluated policy: read the intervals, not the points.",
+    )
+    pts, rows, diag = [], [], []
     for p in policies:
         for res in p.ope:
-            for r in res["ope"]["rows"]:
-                pts.append((f"{_short(p.name)} {r['estimator']}", r["estimate"], r["ci_low"], r["ci_high"]))
+            o = res["ope"]
+            label = f"{_short(p.name)} τ={o.get('temperature', '?')}"
+            for r in [*o["rows"], {"estimator": "logged", **o["logged"]}] if "logged" in o else o["rows"]:
+                pts.append((f"{label} {r['estimator']}", r["estimate"], r["ci_low"], r["ci_high"]))
                 rows.append(
-                    [
-                        _short(p.name),
-                        r["estimator"],
-                        _fmt(r["estimate"]),
-                        _fmt(r["ci_low"]),
-                        _fmt(r["ci_high"]),
-                    ]
+                    [label, r["estimator"], _fmt(r["estimate"]), _fmt(r["ci_low"]), _fmt(r["ci_high"])]
                 )
+            ov = o.get("overlap", {})
+            if "ess" in ov:
+                diag.append(
+                    [label, f"{ov['n']:,}", f"{ov['ess']:,.0f}", _fmt(ov["weight_mean"]), _fmt(ov["weight_max"]),
+                     f"{ov.get('propensity_floor_share', float('nan')):.1%}"]
+                )  # fmt: skip
     doc.figure(figures.intervals("OPE estimates (95% intervals)", pts, "estimate"), "ope",
                "no logged feedback: no off-policy estimate is recorded for these versions")  # fmt: skip
     if rows:
         doc.table(["version", "estimator", "estimate", "low", "high"], rows)
+    if diag:
+        doc.table(["version", "rows", "ESS", "weight mean", "weight max", "propensity at 1/N"], diag)
 
 
 STYLE = (

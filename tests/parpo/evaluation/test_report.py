@@ -100,11 +100,19 @@ def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F
     v1 = two_policies[1][0]
     rows = [{"estimator": "ips", "estimate": 0.012, "ci_low": 0.008, "ci_high": 0.016},
             {"estimator": "dr", "estimate": 0.011, "ci_low": 0.009, "ci_high": 0.013}]  # fmt: skip
-    Registry(reg).add_eval("policy", v1, "abc123", "logs", {"ope": "test"}, {"ope": {"rows": rows}})
+    ope = {  # the shape parpo.evaluation.ope.policy.evaluate_served records
+        "temperature": 0.0, "rows": rows, "logged": {"estimate": 0.010, "ci_low": 0.009, "ci_high": 0.011},
+        "overlap": {"n": 900, "ess": 120.0, "weight_mean": 0.98, "weight_max": 12.0, "propensity_floor_share": 0.05},
+    }  # fmt: skip
+    Registry(reg).add_eval("policy", v1, "abc123", "ope", {"ope": "test"}, {"ope": ope})
     html, md = write_report(reg, tmp_path / "rep", [v1])
     page, summary = html.read_text(), md.read_text()
     assert "no logged feedback" not in page
-    assert md_table(summary, "Off-policy estimates") == [
-        [v1[:7], "ips", "0.0120", "0.0080", "0.0160"],
-        [v1[:7], "dr", "0.0110", "0.0090", "0.0130"],
+    label = f"{v1[:7]} τ=0.0"
+    table = md_table(summary, "Off-policy estimates")
+    assert table[:3] == [
+        [label, "ips", "0.0120", "0.0080", "0.0160"],
+        [label, "dr", "0.0110", "0.0090", "0.0130"],
+        [label, "logged", "0.0100", "0.0090", "0.0110"],
     ]
+    assert table[-1] == [label, "900", "120", "0.9800", "12.0000", "5.0%"]  # the overlap diagnostics
