@@ -12,10 +12,12 @@ the ``serving`` package). The result:
 - every feedback event becomes a row of its kind (``click``, ``cart``, ``fav``, ``buy``,
   ``impression``) joined to its decision by request id and position: the item is the event's
   ``item_id`` or else the logged one, the user the event's or the decision's, ``propensity``
-  and ``logging_policy`` those of the decision's impression, ``ts`` the client's or else the
-  server's receive time, ``value`` the event's.
+  and ``logging_policy`` those of the decision's impression (a client's ``impression`` event
+  has no propensity: it confirms a view, the decision's row is the logged draw), ``ts`` the
+  client's or else the server's receive time, ``value`` the event's.
 
-Quarantined with a reason (never silently dropped): events the server flagged as
+Quarantined with a reason (never silently dropped): a decision superseded by a later one for
+the same request id (a client retry: events refer to the last), events the server flagged as
 ``duplicate`` or ``item_mismatch``, events of unknown requests without both a user and an
 item, and lines that are not JSON records (a torn write of a crash was never acknowledged).
 """
@@ -138,8 +140,21 @@ def _context() -> pl.Expr:
     return pl.concat_list(entries).list.drop_nulls()
 
 
-def _decision_rows(fields: pl.DataFrame) -> pl.DataFrame:
+def _decision_rows(fields: pl.DataFrame, latest: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Impression rows of each decision; with ``latest`` (request id -> the ts of its last
+    decision), a decision superseded by a later one for the same request id is quarantined."""
     df = _decode(fields, DECISION)
+    if latest is not None:
+        df = df.join(latest, on="request_id", how="left").with_columns(
+            pl.when(pl.col("__why").is_null() & (pl.col("ts") < pl.col("__last_ts")))
+            .then(
+                pl.lit(
+                    "superseded by a later decision for the same request id (a client retry; events refer to the last)"
+                )
+            )
+            .otherwise(pl.col("__why"))
+            .alias("__why")
+        )
     bad = df.filter(pl.col("__why").is_not_null()).select(LINE, "__why")
     ok = (
         df.filter(pl.col("__why").is_null())
@@ -202,7 +217,8 @@ def _event_rows(decisions: pl.DataFrame):
             pl.col("__d_category").alias("category"),
             "request_id",
             "position",
-            pl.col("__d_propensity").alias("propensity"),
+            # A client's own impression confirms a view; the logged draw is the decision's row.
+            pl.when(pl.col("event") != "impression").then(pl.col("__d_propensity")).alias("propensity"),
             pl.col("__d_policy").alias("logging_policy"),
             why.alias("__why"),
         )
@@ -211,17 +227,21 @@ def _event_rows(decisions: pl.DataFrame):
     return rows
 
 
-def _decision_index(files: list[Path]) -> pl.DataFrame:
-    """request_id, position -> the decision's user, item, category, propensity and logging policy."""
+def _decision_index(files: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(request_id, position -> the last decision's user, item, category, propensity and logging
+    policy; request_id -> ``__last_ts``, the raw ts of its last decision)."""
     schema = {"request_id": pl.String, "position": pl.Int32, "__d_user": pl.String, "__d_item": pl.String,
               "__d_category": pl.String, "__d_propensity": pl.Float64, "__d_policy": pl.String}  # fmt: skip
-    parts = []
+    parts, stamps = [], []
     for f in files:
         lines = pl.DataFrame({TEXT: f.read_text(errors="replace").splitlines()}, schema={TEXT: pl.String})
-        rows = _decision_rows(lines.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias(LINE)))
+        lines = lines.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias(LINE))
+        stamps.append(_decode(lines, DECISION).filter(pl.col("__why").is_null()).select("request_id", "ts"))
+        rows = _decision_rows(lines)
         parts.append(
             rows.filter(pl.col("__reason").is_null()).select(
                 "request_id",
+                pl.col("ts").alias("__d_ts"),
                 "position",
                 pl.col("user_id").alias("__d_user"),
                 pl.col("item_id").alias("__d_item"),
@@ -230,10 +250,20 @@ def _decision_index(files: list[Path]) -> pl.DataFrame:
                 pl.col("logging_policy").alias("__d_policy"),
             )  # fmt: skip
         )
+    latest_schema = {"request_id": pl.String, "__last_ts": pl.Float64}
     if not parts:
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema=schema), pl.DataFrame(schema=latest_schema)
     # A request id served twice (a client retry): the last decision is the one events refer to.
-    return pl.concat(parts).unique(["request_id", "position"], keep="last", maintain_order=True)
+    latest = pl.concat(stamps).group_by("request_id").agg(pl.col("ts").max().alias("__last_ts"))
+    last_ts = latest.select("request_id", _ts("__last_ts").alias("__last"))
+    index = (
+        pl.concat(parts)
+        .join(last_ts, on="request_id")
+        .filter(pl.col("__d_ts") == pl.col("__last"))
+        .drop("__d_ts", "__last")
+        .unique(["request_id", "position"], keep="last", maintain_order=True)
+    )
+    return index, latest
 
 
 def source(path: Path) -> Source:
@@ -241,7 +271,7 @@ def source(path: Path) -> Source:
     events = sorted((path / "events").glob("*.jsonl")) if path.is_dir() else []
     if not decisions and not events:
         raise DataError(f"{path}: no PARPO server logs (expected decisions/*.jsonl and events/*.jsonl)")
-    index = _decision_index(decisions)
-    specs = [FileSpec(f, _decision_rows, DIALECT, scope="decisions") for f in decisions]
+    index, latest = _decision_index(decisions)
+    specs = [FileSpec(f, lambda x: _decision_rows(x, latest), DIALECT, scope="decisions") for f in decisions]
     specs += [FileSpec(f, _event_rows(index), DIALECT, scope="events") for f in events]
     return Source("parpo-events", specs)

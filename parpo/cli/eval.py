@@ -150,15 +150,21 @@ def print_served(result: dict[str, Any], path: Path) -> None:
         t.add_row(r["estimator"], f"{r['estimate']:.4f}", f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]")
     t.add_row("logged", f"{lg['estimate']:.4f}", f"[{lg['ci_low']:.4f}, {lg['ci_high']:.4f}]", style="bold")
     console.print(t)
+    floor, short = ov["propensity_floor_share"], ov["short_slate_share"]
     console.print(
         f"overlap: ESS {ov['ess']:,.0f} of {ov['n']:,} rows, weight mean {ov['weight_mean']:.2f}, "
-        f"max {ov['weight_max']:.1f}, never taken {ov['share_never_taken']:.1%}, "
-        f"propensity at its 1/N floor {ov['propensity_floor_share']:.1%}"
+        f"max {ov['weight_max']:.1f}, never taken {ov['share_never_taken']:.1%}, propensity at its 1/N "
+        f"floor {'unknown' if floor is None else f'{floor:.1%}'}, slates shorter than k {short:.1%}"
     )
-    if ov["propensity_floor_share"] > 0.2:
+    if floor is not None and floor > 0.2:
         console.print(
             "[yellow]warning:[/] many logged propensities are at their 1/N floor: IPS and DR are biased "
-            "down there (docs/evaluation.md); serve with more exploration samples, or read SNIPS"
+            "down there (docs/evaluation.md); serve with more exploration samples"
+        )
+    if short > 0.05:
+        console.print(
+            "[yellow]warning:[/] the logger often served fewer than k items: per-slot IPS and DR then "
+            "target different quantities (docs/evaluation.md); read them as bounds, not estimates"
         )
     console.print(f"recorded: {path}")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from parpo.evaluation.ope.bootstrap import bootstrap
 from parpo.evaluation.ope.diagnostics import overlap
 from parpo.evaluation.ope.estimators import ESTIMATORS, NEEDS_REWARD_MODEL, EstimatorConfig
@@ -21,10 +23,12 @@ def evaluate_feedback(
     n_boot: int = 500,
     folds: int = 2,
     seed: int = 0,
+    clusters: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """``{"estimates": {name: {estimate, ci_low, ci_high, se, n_boot}}, "overlap": {...},
     "resamples": {name: [n_boot] array}}``. With ``estimators`` None every registered estimator
-    runs, ``replay`` only on uniform-random logs."""
+    runs, ``replay`` only on uniform-random logs. ``clusters`` [n]: resample these (e.g. the
+    slates) in the bootstrap instead of rows."""
     cfg = cfg or EstimatorConfig()
     names = list(estimators or ESTIMATORS)
     unknown = [k for k in names if k not in ESTIMATORS]
@@ -35,5 +39,5 @@ def evaluate_feedback(
     if not fb.uniform_logs and estimators is None:
         names.remove("replay")
     terms = {k: ESTIMATORS[k](fb, cfg) for k in names}
-    estimates, resamples = bootstrap(terms, n_boot=n_boot, seed=seed)
+    estimates, resamples = bootstrap(terms, n_boot=n_boot, seed=seed, clusters=clusters)
     return {"estimates": estimates, "overlap": overlap(fb), "resamples": resamples}

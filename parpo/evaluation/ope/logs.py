@@ -3,7 +3,7 @@
 Rows are the ``impression`` events with a propensity and a position (the server's decision
 logs and OBD both land there). The reward is the impression's own ``value`` (OBD: the click)
 or, with ``reward_event``, whether feedback of that kind names the same request and position
-(the server's logs: a ``click`` event answers an impression). The action set of a slice is
+(the server's logs: a ``click`` event on the same item answers an impression). The action set of a slice is
 every item of the chosen category in the items table, so items never logged still get
 evaluated-policy mass.
 """
@@ -94,11 +94,17 @@ def read_logs(
         answered = (
             ds.interactions()
             .filter(pl.col("event") == reward_event)
-            .select("request_id", "position", pl.lit(1.0).alias("__r"))
+            .select("request_id", "position", "item_id", pl.lit(1.0).alias("__r"))
             .unique()
             .collect()
         )
-        rows = rows.join(answered, on=["request_id", "position"], how="left").with_columns(
+        if answered.height == 0:
+            kinds = ds.interactions().select(pl.col("event").unique()).collect().to_series().to_list()
+            raise DataError(
+                f"{ds.root}: no {reward_event!r} events to use as the reward (events here: "
+                f"{', '.join(sorted(kinds))})"
+            )
+        rows = rows.join(answered, on=["request_id", "position", "item_id"], how="left").with_columns(
             pl.col("__r").fill_null(0.0).alias("value")
         )
     key = pl.col("user_id")

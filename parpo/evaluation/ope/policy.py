@@ -14,11 +14,15 @@ request ``samples`` times (the same request, user, candidates and slate size; sa
     pi_e(item | request, position) = #{samples with item at position} / samples,
 
 the serving propensity's own estimator (``serving.propensity``, without a served draw). It is
-unbiased for the true marginal, and every estimator here is linear in pi_e, so IPS and DR stay
-unbiased given the propensities. A sample whose slate is shorter than a logged position puts
-no item there, so its mass at that slot is 0: the estimand is the evaluated policy's expected
-reward per logged (request, position) slot, the quantity the logging policy's own click rate
-measures. The action set is every item logged or sampled: an item in neither has pi_e = 0
+unbiased for the true marginal and IPS, DM and DR are linear in pi_e, so they stay unbiased
+given the propensities (SNIPS, SwitchDR and DRos are not linear: their small bias grows with
+fewer samples). A sample whose slate is shorter than a logged position puts no item there, so
+its mass at that slot is 0: the estimand is the evaluated policy's expected reward per logged
+(request, position) slot, the quantity the logging policy's own click rate measures. That is
+IPS's target only when the logger fills every slate to its ``k``: a logger that sometimes
+stops short logs fewer slots than IPS's numerator counts on, and ``short_slate_share`` (logged
+requests with fewer than ``k`` items) says how often that happened. Rows of one slate share a
+user and a draw, so the bootstrap resamples requests, not rows. The action set is every item logged or sampled: an item in neither has pi_e = 0
 and is never logged, so it adds nothing to any estimator.
 
 The logged propensity is itself an N-sample estimate that counts the served draw, p_hat =
@@ -26,7 +30,7 @@ The logged propensity is itself an N-sample estimate that counts the served draw
 unbiased for items the logger shows with p >> 1/N and biased down, by that factor, for the
 rest. ``propensity_floor_share`` (rows whose propensity is 1/N: only the served draw put the
 item there) says how much of the log is in that regime; when it is large, serve with more
-samples or read SNIPS, whose normalisation cancels a common factor.
+samples (the factor differs by item, so no estimator here corrects it).
 """
 
 from __future__ import annotations
@@ -106,7 +110,8 @@ def logged_requests(
     if missing:
         raise DataError(
             f"{ds.root}: {len(missing):,} of {len(wanted):,} logged requests have no recorded request "
-            f"(e.g. {sorted(missing)[0]!r}); ingest the server's logs with --source parpo-events"
+            f"(e.g. {sorted(missing)[0]!r}); ingest (or re-ingest) the server's logs with this "
+            "version's --source parpo-events, which records each decision's request"
         )
     return out, n_samples
 
@@ -170,6 +175,12 @@ def evaluate_served(
     estimate, ci_low, ci_high, se], "overlap", "logged": the loggers' own reward per slot with
     its interval, ...counts}``."""
     loggers = list(logging_policies) if logging_policies else sampled_loggers(root)
+    deterministic = [n for n in loggers if ":" in n]
+    if deterministic:
+        raise DataError(
+            f"logging policy {deterministic[0]!r} is a greedy or fallback one (propensity 1): "
+            "only sampled decisions can be evaluated off-policy"
+        )
     if not loggers:
         raise DataError(
             f"{root}: no sampled decisions in these logs (greedy and fallback decisions have "
@@ -191,9 +202,13 @@ def evaluate_served(
     )
     action = np.array([index[logs.items[a]] for a in logs.action], dtype=np.int64)
     fb = LoggedFeedback(logs.context, action, logs.position, logs.reward, logs.pscore, pi_e)
-    result = evaluate_feedback(fb, n_boot=n_boot, folds=folds, seed=seed)
-    logged, _ = bootstrap({"logged": Terms(logs.reward)}, n_boot, seed=seed + 1)
+    slate = np.array([where[r] for r in logs.request_ids])
+    result = evaluate_feedback(fb, n_boot=n_boot, folds=folds, seed=seed, clusters=slate)
+    logged, _ = bootstrap({"logged": Terms(logs.reward)}, n_boot, seed=seed + 1, clusters=slate)
+    known = np.array([bool(served_n.get(r)) for r in logs.request_ids])
     floor = np.array([1.0 / served_n[r] if served_n.get(r) else 0.0 for r in logs.request_ids])
+    lengths = np.bincount(slate, minlength=len(order))
+    wanted = np.array([asked[r].get("k") or bundle.env.k for r in order])
     rows = [{"estimator": name, **est} for name, est in result["estimates"].items()]
     return {
         "schema_version": SCHEMA_VERSION,
@@ -208,7 +223,10 @@ def evaluate_served(
         "rows": rows,
         "overlap": {
             **result["overlap"],
-            "propensity_floor_share": float(np.mean(logs.pscore <= floor * (1 + 1e-9))),
+            "propensity_floor_share": (
+                float(np.mean((logs.pscore <= floor * (1 + 1e-9))[known])) if known.any() else None
+            ),
+            "short_slate_share": float(np.mean(lengths < wanted)),
         },
         "logged": logged["logged"],
     }

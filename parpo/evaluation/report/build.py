@@ -208,14 +208,20 @@ def _ope(doc: _Doc, policies: list[PolicyData]) -> None:
             if "ess" in ov:
                 diag.append(
                     [label, f"{ov['n']:,}", f"{ov['ess']:,.0f}", _fmt(ov["weight_mean"]), _fmt(ov["weight_max"]),
-                     f"{ov.get('propensity_floor_share', float('nan')):.1%}"]
+                     _share(ov.get("propensity_floor_share")), _share(ov.get("short_slate_share"))]
                 )  # fmt: skip
     doc.figure(figures.intervals("OPE estimates (95% intervals)", pts, "estimate"), "ope",
                "no logged feedback: no off-policy estimate is recorded for these versions")  # fmt: skip
     if rows:
         doc.table(["version", "estimator", "estimate", "low", "high"], rows)
     if diag:
-        doc.table(["version", "rows", "ESS", "weight mean", "weight max", "propensity at 1/N"], diag)
+        doc.table(
+            ["version", "rows", "ESS", "weight mean", "weight max", "propensity at 1/N", "slates < k"], diag
+        )
+
+
+def _share(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
 
 
 STYLE = (

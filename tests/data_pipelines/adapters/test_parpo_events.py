@@ -104,3 +104,27 @@ def test_decisions_and_events_become_impressions_and_feedback(tmp_path):
 def test_a_folder_without_logs_is_one_error(tmp_path):
     with pytest.raises(DataError, match="no PARPO server logs"):
         open_source("parpo-events", tmp_path)
+
+
+def test_a_retry_supersedes_the_first_decision_and_client_impressions_are_not_draws(tmp_path):
+    logs = tmp_path / "events"
+    _write(logs / "decisions", [
+        _decision("r1", "u1", ["a", "b"], [0.5, 0.25]),
+        _decision("r1", "u1", ["c"], [1.0], ts=T0 + 1, evaluable=False, fallback="popularity"),  # the retry
+        _decision("r2", "u2", ["d"], [0.75]),
+    ])  # fmt: skip
+    _write(logs / "events", [
+        _event("r1", 1, "click"),        # refers to the retry's c
+        _event("r2", 1, "impression"),   # the client confirms the view of d
+    ])  # fmt: skip
+    summary = ingest(open_source("parpo-events", logs), tmp_path / "ds")
+    df = Dataset(tmp_path / "ds").interactions().collect().sort("event", "request_id", "position")
+    assert df.select("event", "request_id", "item_id", "propensity", "logging_policy").rows() == [
+        ("click", "r1", "c", 1.0, "v000002:popularity"),
+        ("impression", "r1", "c", 1.0, "v000002:popularity"),
+        ("impression", "r2", "d", 0.75, "v000002"),  # the decision's row: the logged draw
+        ("impression", "r2", "d", None, "v000002"),  # the client's event: no second draw
+    ]
+    rejects = pl.read_parquet(tmp_path / "ds" / summary["ingests"][-1]["rejects"])
+    (line,) = rejects.filter(pl.col("reason").str.starts_with("superseded by a later decision"))["line"]
+    assert line == 1  # the first decision's line, quarantined with its reason

@@ -115,4 +115,4 @@ def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F
         [label, "dr", "0.0110", "0.0090", "0.0130"],
         [label, "logged", "0.0100", "0.0090", "0.0110"],
     ]
-    assert table[-1] == [label, "900", "120", "0.9800", "12.0000", "5.0%"]  # the overlap diagnostics
+    assert table[-1] == [label, "900", "120", "0.9800", "12.0000", "5.0%", "—"]  # the overlap diagnostics

@@ -27,3 +27,18 @@ def test_resamples_are_shared_across_estimators():
 def test_constant_terms_give_a_point_interval():
     out, _ = bootstrap({"c": Terms(np.full(30, 0.25))}, n_boot=20)
     assert out["c"]["ci_low"] == out["c"]["ci_high"] == pytest.approx(0.25)
+
+
+def test_clusters_are_resampled_whole():
+    # 40 slates of 3 rows: each slate's rows are identical, so resampling rows apart would
+    # understate the spread; drawing slates matches a plain loop over slates.
+    rng = np.random.default_rng(5)
+    per_slate = rng.random(40)
+    clusters = np.repeat(np.arange(40), 3)
+    num = per_slate[clusters]
+    out, _ = bootstrap({"mean": Terms(num)}, n_boot=8, seed=2, clusters=clusters)
+    idx = np.random.default_rng(2).integers(0, 40, size=(8, 40))
+    assert out["mean"]["se"] == pytest.approx(per_slate[idx].mean(axis=1).std(ddof=1))
+    rows, _ = bootstrap({"mean": Terms(num)}, n_boot=400, seed=2)
+    slates, _ = bootstrap({"mean": Terms(num)}, n_boot=400, seed=2, clusters=clusters)
+    assert slates["mean"]["se"] > 1.4 * rows["mean"]["se"]  # sqrt(3) in expectation

@@ -89,3 +89,15 @@ def test_position_marginals_count_each_slot_over_the_samples():
             [0.0, 1.0, 0.0],
         ],
     )
+
+
+def test_a_reward_event_absent_from_the_logs_is_an_error_not_zeros(served):
+    with pytest.raises(DataError, match="no 'clicks' events to use as the reward.*buy, click, impression"):
+        read_logs(served, "v1", reward_event="clicks")
+
+
+def test_greedy_or_fallback_loggers_are_refused(served):
+    from parpo.evaluation.ope.policy import evaluate_served
+
+    with pytest.raises(DataError, match="'v1:greedy' is a greedy or fallback one"):
+        evaluate_served(served, bundle=None, logging_policies=["v1:greedy"])  # type: ignore[arg-type]
