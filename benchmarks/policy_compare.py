@@ -55,6 +55,7 @@ from parpo.env import BatchEnv, EnvSource, Observation, PreferenceTransform, Tas
 from parpo.env.transforms import HeteroScale, LevelDrift  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "policy_compare.jsonl"
+SHARED = ROOT.parent / "shared" / "data"  # the real datasets, read in place
 ALGOS = ("parpo", "gdpo", "grpo")
 SETTINGS = ("synthetic-g8", "synthetic-g2", "hetero", "drift", "ml100k", "amazon", "hetero-pool")
 G2_SETTINGS = ("synthetic-g2", "hetero-pool")
@@ -68,14 +69,14 @@ HETERO_SIGMA = 0.1
 
 def data_for(setting: str, work: Path) -> tuple[Path, Path]:
     if setting == "ml100k":
-        return prepare("movielens", Path("/work/shared/data/movielens-100k"), work, 1)
+        return prepare("movielens", SHARED / "movielens-100k", work, 1)
     if setting == "amazon":
         data = work / "amazon" / "data"
         if not (data / "manifest.json").is_file():  # prepare() ingests MovieLens only
             from data_pipelines.adapters import open_source
             from data_pipelines.ingest import ingest
 
-            ingest(open_source("amazon-s3rec", Path("/work/shared/data/amazon-beauty-5core-s3rec")), data)
+            ingest(open_source("amazon-s3rec", SHARED / "amazon-beauty-5core-s3rec"), data)
         return prepare("amazon", None, work, 1)
     return prepare("synth", None, work, 1)
 

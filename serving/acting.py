@@ -58,7 +58,7 @@ class LoadedModel:
         # One agent (and one generator) per temperature for the life of the version: a fresh
         # seed per batch would repeat the same draws for identical requests.
         if temperature not in self._agents:
-            self._agents[temperature] = self.bundle.agent(max(temperature, GREEDY), self.seed)
+            self._agents[temperature] = self.bundle.agent(temperature, self.seed)
         return self._agents[temperature]
 
     def warm(self, n_samples: int, temperature: float) -> None:

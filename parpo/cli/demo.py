@@ -187,15 +187,7 @@ def _off_policy(run: Path, version: str) -> None:
     """Ingest the served logs and estimate the served version acting greedily from them."""
     from data_pipelines.adapters import open_source
     from data_pipelines.ingest import ingest
-    from parpo.cli.eval import print_served
-    from parpo.evaluation.ope.policy import evaluate_served, record_served
-    from parpo.policy.bundle import PolicyBundle
+    from parpo.cli.eval import ope_version
 
-    served = run / "served"
-    ingest(open_source("parpo-events", run / "events"), served)
-    result = evaluate_served(
-        served, PolicyBundle.load(run / "registry", version), temperature=0.0, n_boot=500
-    )
-    config = {"explore": 0.0, "samples": 1, "reward": "click", "loggers": result["logging_policies"], "n_boot": 500,
-              "seed": 0}  # fmt: skip
-    print_served(result, record_served(run / "registry", served, result, config))
+    ingest(open_source("parpo-events", run / "events"), run / "served")
+    ope_version(run / "served", version, run / "registry", explore=0.0)

@@ -79,7 +79,8 @@ def ope(
             raise UserError(
                 f"--policy {policy!r}: choose {' or '.join(OBD_POLICIES)}, or a version with --registry"
             )
-        _ope_version(logs, policy, registry, explore, samples, reward, logging_policy, n_boot, seed, as_json)
+        ope_version(logs, policy, registry, explore=explore, samples=samples, reward=reward,
+                    loggers=logging_policy, n_boot=n_boot, seed=seed, as_json=as_json)  # fmt: skip
         return
     if policy == "obd-bts" and (prior is None or not prior.is_file()):
         raise UserError(
@@ -97,18 +98,20 @@ def ope(
         _print(console, campaign, result)
 
 
-def _ope_version(
+def ope_version(
     logs: Path,
     version: str,
     registry: Path,
-    explore: float,
-    samples: int,
-    reward: str,
-    loggers: list[str] | None,
-    n_boot: int,
-    seed: int,
-    as_json: bool,
+    *,
+    explore: float = 1.0,
+    samples: int = 64,
+    reward: str = "click",
+    loggers: list[str] | None = None,
+    n_boot: int = 500,
+    seed: int = 0,
+    as_json: bool = False,
 ) -> None:
+    """``parpo eval ope --policy V``: estimate, record in V's evals/, print (or JSON lines)."""
     from parpo.cli.console import console
     from parpo.evaluation.ope.policy import evaluate_served, record_served
     from parpo.policy.bundle import PolicyBundle
@@ -119,19 +122,17 @@ def _ope_version(
             logs, bundle, logging_policies=loggers, reward_event=reward, samples=samples,
             temperature=explore, n_boot=n_boot, seed=seed,
         )  # fmt: skip
-    config = {"explore": explore, "samples": samples, "reward": reward, "loggers": result["logging_policies"],
-              "n_boot": n_boot, "seed": seed}  # fmt: skip
-    path = record_served(registry, logs, result, config)
+    path = record_served(registry, logs, result)
     if as_json:
         for row in result["rows"]:
             typer.echo(
                 json.dumps({**row, "policy_version": result["policy_version"], "overlap": result["overlap"]})
             )
         return
-    print_served(result, path)
+    _print_served(result, path)
 
 
-def print_served(result: dict[str, Any], path: Path) -> None:
+def _print_served(result: dict[str, Any], path: Path) -> None:
     """The estimates of ``parpo.evaluation.ope.policy.evaluate_served`` as a table, the overlap
     diagnostics and where they were recorded."""
     from rich.table import Table

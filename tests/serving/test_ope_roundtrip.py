@@ -1,5 +1,8 @@
 """Served logs -> ``parpo-events`` ingest -> off-policy estimate of another version, against the
-truth of a known click model (the serving propensities, the logged requests and pi_e all real)."""
+truth of a known click model (the serving propensities, the logged requests and pi_e all real).
+
+The figures in docs/evaluation.md are what these tests print:
+``.venv/bin/python -m pytest -s -k truth tests/serving/test_ope_roundtrip.py``."""
 
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ class Served:
     decile: dict[str, int]
 
 
-def _served_logs(reg: Path, version: str, tmp_path: Path, n_requests: int) -> Served:
-    """``version`` serves ``n_requests`` sampled requests; clicks follow ``_click_prob``; the
-    decision and event logs are ingested with ``--source parpo-events``."""
+def _served_logs(reg: Path, version: str, tmp_path: Path, n_requests: int, candidates: bool = True) -> Served:
+    """``version`` serves ``n_requests`` sampled requests (of ``K`` items from five candidates,
+    or from the whole catalogue); clicks follow ``_click_prob``; the decision and event logs are
+    ingested with ``--source parpo-events``."""
     from data_pipelines.adapters import open_source
     from data_pipelines.ingest import ingest
 
@@ -45,7 +49,7 @@ def _served_logs(reg: Path, version: str, tmp_path: Path, n_requests: int) -> Se
     pick = np.random.default_rng(1).choice(len(items), size=(n_requests, N_CANDIDATES))
     reqs = [
         ActRequest(request_id=f"q{i}", user_id=users[i % len(users)], k=K, explore=1.0,
-                   candidates=[items[j] for j in pick[i]])
+                   candidates=[items[j] for j in pick[i]] if candidates else None)
         for i in range(n_requests)
     ]  # fmt: skip
     answers = [a for s in range(0, n_requests, 60) for a in logger.act(reqs[s : s + 60], SERVED_SAMPLES, 1.0)]
@@ -73,19 +77,8 @@ def _served_logs(reg: Path, version: str, tmp_path: Path, n_requests: int) -> Se
     return Served(tmp_path / "ds", sampled, len(events), logger.decile)
 
 
-@pytest.mark.integration
-def test_served_logs_estimate_another_version(serve_registry, tmp_path):
-    reg, (v1, v2) = serve_registry
-    served = _served_logs(reg, v1, tmp_path, n_requests=240)
-    assert len(served.sampled) > 0.8 * 240  # fallbacks (propensity 1) are left out below
-
-    evaluated = PolicyBundle.load(reg, v2)
-    res = evaluate_served(served.ds, evaluated, samples=64, n_boot=300, seed=0)
-    n_slots = sum(len(a.decision["slate"]) for a in served.sampled)
-    assert res["logging_policies"] == [v1]
-    assert (res["n_requests"], res["n_rows"]) == (len(served.sampled), n_slots)
-
-    # Truth: v2's expected clicks per logged slot, from many more samples of the same requests.
+def _truth(evaluated: PolicyBundle, served: Served) -> float:
+    """The evaluated policy's expected clicks per logged slot, from 128 samples per request."""
     logged = [(a.decision["request_id"], a.decision["user_id"], {"k": K, "candidates": a.decision["candidates"]})
               for a in served.sampled]  # fmt: skip
     drawn = slate_samples(evaluated, logged, 128, 1.0, seed=123)
@@ -95,14 +88,51 @@ def test_served_logs_estimate_another_version(serve_registry, tmp_path):
             j = s["position"] - 1
             shown = [x[j] for x in per if j < len(x)]
             per_slot.append(_click_prob(served.decile, shown, np.full(len(shown), j + 1)).sum() / len(per))
-    truth = float(np.mean(per_slot))
+    return float(np.mean(per_slot))
+
+
+def _report(setting: str, truth: float, res: dict) -> dict[str, dict]:
     est = {r["estimator"]: r for r in res["rows"]}
+    cells = ", ".join(f"{k} {v['estimate']:.3f} ± {v['se']:.3f}" for k, v in est.items())
+    print(f"\n{setting}: {res['n_rows']} slots, truth {truth:.3f}; {cells}; "
+          f"weight_mean {res['overlap']['weight_mean']:.2f}")  # fmt: skip
+    return est
+
+
+@pytest.mark.integration
+def test_served_logs_estimate_another_version_near_its_truth(serve_registry, tmp_path):
+    reg, (v1, v2) = serve_registry
+    served = _served_logs(reg, v1, tmp_path, n_requests=240)
+    assert len(served.sampled) > 0.8 * 240  # fallbacks (propensity 1) are left out below
+
+    evaluated = PolicyBundle.load(reg, v2)
+    res = evaluate_served(served.ds, evaluated, samples=64, n_boot=300, seed=0)
+    n_slots = sum(len(a.decision["slate"]) for a in served.sampled)
+    assert res["logging_policies"] == [v1]
+    assert (res["n_requests"], res["n_rows"]) == (len(served.sampled), n_slots)
+    truth = _truth(evaluated, served)
+    est = _report("5 candidates per request", truth, res)
     assert set(est) == {"ips", "snips", "dm", "dr", "switch_dr", "dr_os"}  # not uniform: no replay
     for name in ("ips", "snips", "dr"):
         assert abs(est[name]["estimate"] - truth) < 3 * est[name]["se"], (name, est[name], truth)
     assert res["logged"]["estimate"] == pytest.approx(served.clicks / n_slots)
     assert res["overlap"]["propensity_floor_share"] == 0.0
+    assert res["overlap"]["short_slate_share"] == 0.0
     assert res["overlap"]["weight_mean"] == pytest.approx(1.0, abs=0.1)  # E_b[w] = 1 with full support
+
+
+@pytest.mark.integration
+def test_diffuse_loggers_bias_ips_down_and_the_truth_test_shows_it(serve_registry, tmp_path):
+    """The documented failure mode: near-random policies over the whole catalogue give most
+    logged (item, position) pairs p < 1/N, so E[1/p̂] = (1 - (1 - p)^N) / p falls short of 1/p."""
+    reg, (v1, v2) = serve_registry
+    served = _served_logs(reg, v1, tmp_path, n_requests=240, candidates=False)
+    evaluated = PolicyBundle.load(reg, v2)
+    res = evaluate_served(served.ds, evaluated, samples=64, n_boot=300, seed=0)
+    truth = _truth(evaluated, served)
+    est = _report("whole catalogue", truth, res)
+    assert est["ips"]["estimate"] < truth - 3 * est["ips"]["se"]  # biased down, well outside noise
+    assert res["overlap"]["weight_mean"] < 0.7  # and the diagnostic flags it
 
 
 @pytest.mark.integration

@@ -2,8 +2,8 @@
 
 Rows are the ``impression`` events with a propensity and a position (the server's decision
 logs and OBD both land there). The reward is the impression's own ``value`` (OBD: the click)
-or, with ``reward_event``, whether feedback of that kind names the same request and position
-(the server's logs: a ``click`` event on the same item answers an impression). The action set of a slice is
+or, with ``reward_event``, whether feedback of that kind names the same request, position and
+item (the server's logs: a ``click`` answers an impression). The action set of a slice is
 every item of the chosen category in the items table, so items never logged still get
 evaluated-policy mass.
 """

@@ -205,8 +205,8 @@ def evaluate_served(
     slate = np.array([where[r] for r in logs.request_ids])
     result = evaluate_feedback(fb, n_boot=n_boot, folds=folds, seed=seed, clusters=slate)
     logged, _ = bootstrap({"logged": Terms(logs.reward)}, n_boot, seed=seed + 1, clusters=slate)
-    known = np.array([bool(served_n.get(r)) for r in logs.request_ids])
-    floor = np.array([1.0 / served_n[r] if served_n.get(r) else 0.0 for r in logs.request_ids])
+    n_served = np.array([served_n.get(r, 0) for r in logs.request_ids])  # 0: not recorded
+    known = n_served > 0
     lengths = np.bincount(slate, minlength=len(order))
     wanted = np.array([asked[r].get("k") or bundle.env.k for r in order])
     rows = [{"estimator": name, **est} for name, est in result["estimates"].items()]
@@ -217,14 +217,16 @@ def evaluate_served(
         "reward_event": reward_event,
         "temperature": max(temperature, 0.0),
         "samples": n_samples,
+        "n_boot": n_boot,
+        "seed": seed,
         "n_rows": fb.n,
         "n_requests": len(order),
         "n_actions": fb.n_actions,
         "rows": rows,
         "overlap": {
             **result["overlap"],
-            "propensity_floor_share": (
-                float(np.mean((logs.pscore <= floor * (1 + 1e-9))[known])) if known.any() else None
+            "propensity_floor_share": (  # p̂ = 1/N: only the served draw put the item there
+                float(np.mean(logs.pscore[known] * n_served[known] <= 1 + 1e-9)) if known.any() else None
             ),
             "short_slate_share": float(np.mean(lengths < wanted)),
         },
@@ -232,16 +234,17 @@ def evaluate_served(
     }
 
 
-def record_served(
-    registry: str | Path, root: str | Path, result: dict[str, Any], eval_config: dict[str, Any]
-) -> Path:
-    """Record ``result`` as the evaluated version's add-only eval (split ``ope``, the logs'
-    fingerprint); ``parpo eval report`` shows it in its off-policy section."""
+def record_served(registry: str | Path, root: str | Path, result: dict[str, Any]) -> Path:
+    """Record ``result`` (``evaluate_served``'s) as the evaluated version's add-only eval (split
+    ``ope``, the logs' fingerprint, the evaluation's settings as its config); ``parpo eval
+    report`` shows it in its off-policy section."""
     from data_pipelines.dataset import Dataset
     from parpo.policy.bundle import KIND
     from reward_models.registry import Registry
 
-    fingerprint = Dataset(root).fingerprint
+    config = {
+        k: result[k] for k in ("temperature", "samples", "reward_event", "logging_policies", "n_boot", "seed")
+    }
     return Registry(registry).add_eval(
-        KIND, result["policy_version"], fingerprint, "ope", eval_config, {"ope": result}
+        KIND, result["policy_version"], Dataset(root).fingerprint, "ope", config, {"ope": result}
     )

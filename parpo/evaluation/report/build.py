@@ -3,9 +3,9 @@ external file or network access) and a markdown summary with the same numbers.
 
 Baselines (random, popularity, fixed plan, greedy reward) are taken from the first selected
 version's eval: on one dataset and reward version every version sees the same ones. An OPE
-section is shown for evals whose result holds ``ope: {"rows": [{"estimator", "estimate",
-"ci_low", "ci_high"}, ...]}`` (what ``parpo eval ope --policy V`` records from served logs);
-versions never evaluated on logs say "no logged feedback".
+section is shown for evals whose result holds ``ope``, what ``parpo eval ope --policy V``
+records from served logs (``parpo.evaluation.ope.policy.evaluate_served``); versions never
+evaluated on logs say "no logged feedback".
 """
 
 from __future__ import annotations
@@ -197,19 +197,18 @@ def _ope(doc: _Doc, policies: list[PolicyData]) -> None:
     pts, rows, diag = [], [], []
     for p in policies:
         for res in p.ope:
-            o = res["ope"]
-            label = f"{_short(p.name)} τ={o.get('temperature', '?')}"
-            for r in [*o["rows"], {"estimator": "logged", **o["logged"]}] if "logged" in o else o["rows"]:
+            o, ov = res["ope"], res["ope"]["overlap"]
+            label = f"{_short(p.name)} τ={o['temperature']}"
+            for r in [*o["rows"], {"estimator": "logged", **o["logged"]}]:
                 pts.append((f"{label} {r['estimator']}", r["estimate"], r["ci_low"], r["ci_high"]))
                 rows.append(
                     [label, r["estimator"], _fmt(r["estimate"]), _fmt(r["ci_low"]), _fmt(r["ci_high"])]
                 )
-            ov = o.get("overlap", {})
-            if "ess" in ov:
-                diag.append(
-                    [label, f"{ov['n']:,}", f"{ov['ess']:,.0f}", _fmt(ov["weight_mean"]), _fmt(ov["weight_max"]),
-                     _share(ov.get("propensity_floor_share")), _share(ov.get("short_slate_share"))]
-                )  # fmt: skip
+            floor = ov["propensity_floor_share"]
+            diag.append(
+                [label, f"{ov['n']:,}", f"{ov['ess']:,.0f}", _fmt(ov["weight_mean"]), _fmt(ov["weight_max"]),
+                 "—" if floor is None else f"{floor:.1%}", f"{ov['short_slate_share']:.1%}"]
+            )  # fmt: skip
     doc.figure(figures.intervals("OPE estimates (95% intervals)", pts, "estimate"), "ope",
                "no logged feedback: no off-policy estimate is recorded for these versions")  # fmt: skip
     if rows:
@@ -218,10 +217,6 @@ def _ope(doc: _Doc, policies: list[PolicyData]) -> None:
         doc.table(
             ["version", "rows", "ESS", "weight mean", "weight max", "propensity at 1/N", "slates < k"], diag
         )
-
-
-def _share(x: float | None) -> str:
-    return "—" if x is None else f"{x:.1%}"
 
 
 STYLE = (

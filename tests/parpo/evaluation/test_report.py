@@ -102,7 +102,8 @@ def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F
             {"estimator": "dr", "estimate": 0.011, "ci_low": 0.009, "ci_high": 0.013}]  # fmt: skip
     ope = {  # the shape parpo.evaluation.ope.policy.evaluate_served records
         "temperature": 0.0, "rows": rows, "logged": {"estimate": 0.010, "ci_low": 0.009, "ci_high": 0.011},
-        "overlap": {"n": 900, "ess": 120.0, "weight_mean": 0.98, "weight_max": 12.0, "propensity_floor_share": 0.05},
+        "overlap": {"n": 900, "ess": 120.0, "weight_mean": 0.98, "weight_max": 12.0,
+                    "propensity_floor_share": 0.05, "short_slate_share": 0.02},
     }  # fmt: skip
     Registry(reg).add_eval("policy", v1, "abc123", "ope", {"ope": "test"}, {"ope": ope})
     html, md = write_report(reg, tmp_path / "rep", [v1])
@@ -115,4 +116,4 @@ def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F
         [label, "dr", "0.0110", "0.0090", "0.0130"],
         [label, "logged", "0.0100", "0.0090", "0.0110"],
     ]
-    assert table[-1] == [label, "900", "120", "0.9800", "12.0000", "5.0%", "—"]  # the overlap diagnostics
+    assert table[-1] == [label, "900", "120", "0.9800", "12.0000", "5.0%", "2.0%"]  # the overlap diagnostics
