@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from data_pipelines.config import RuntimeConfig, StrictModel
 from data_pipelines.splits.rule import PositivesRule
 from data_pipelines.synth import SynthConfig
+from parpo_core.config import RuntimeConfig, StrictModel
 
 
 class SplitConfig(StrictModel):

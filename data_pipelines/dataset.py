@@ -24,9 +24,9 @@ from typing import Any
 
 import polars as pl
 
-from data_pipelines.errors import DataError
 from data_pipelines.schema import SCHEMA_VERSION
 from data_pipelines.transaction import read_manifest, recover
+from parpo_core.errors import DataError
 
 FEATURES = pl.List(pl.Struct({"key": pl.String, "value": pl.String}))
 

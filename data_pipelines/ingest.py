@@ -11,7 +11,6 @@ Memory grows with the dedupe keys and id maps, and with one bucket.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -27,7 +26,6 @@ from data_pipelines import idmaps
 from data_pipelines.adapters.base import ROW_COLUMNS, Source
 from data_pipelines.dataset import Dataset, fingerprint_of
 from data_pipelines.dedupe import KeySet, first_new
-from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE
 from data_pipelines.schema import (
     CONTEXTS,
@@ -42,6 +40,8 @@ from data_pipelines.schema import (
 )
 from data_pipelines.transaction import Transaction, read_manifest, recover
 from data_pipelines.validate import ORD, REASON, common_checks, failing_lines
+from parpo_core.durable import sha256_file
+from parpo_core.errors import DataError
 
 BUCKET_BYTES = 96 << 20  # input bytes per seq bucket: bounds pass-2 memory
 DUPLICATE = "exact duplicate of an earlier record"
@@ -51,18 +51,10 @@ APPENDABLE_SOURCES = {"parpo-events"}  # may be appended to a dataset of another
 SEQ_KEY = pl.coalesce(pl.col("user_id"), pl.lit("\x00request:") + pl.col("request_id")).alias("__key")
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_parquet(df: pl.DataFrame, path: Path, schema) -> str:
     """Write a canonical table (schema version in metadata); returns its sha256."""
     pq.write_table(to_arrow(df, schema), path, compression="zstd")
-    return file_sha256(path)
+    return sha256_file(path)
 
 
 def ingest(
@@ -88,7 +80,7 @@ def ingest(
             f"(use a new --out for '{source.name}')"
         )
     files = [
-        {"path": str(f.path.resolve()), "sha256": file_sha256(f.path), "bytes": f.path.stat().st_size}
+        {"path": str(f.path.resolve()), "sha256": sha256_file(f.path), "bytes": f.path.stat().st_size}
         for f in source.files
     ]
     seen = {f["sha256"] for i in (manifest or {}).get("ingests", []) for f in i["files"]}

@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data_pipelines.errors import DataError
+from parpo_core.errors import DataError
 
 LINE = "__line"
 TEXT = "__text"  # the whole line, for variable-width formats

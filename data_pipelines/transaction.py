@@ -17,31 +17,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from parpo_core.durable import atomic_write_json, fsync_dir, fsync_file
+
 MANIFEST = "manifest.json"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``path`` via a temp file in the same folder + fsync + rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n").encode())
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:
@@ -79,8 +57,7 @@ class Transaction:
     def commit(self, manifest: dict[str, Any]) -> None:
         shutil.rmtree(self.dir / "_scratch", ignore_errors=True)
         for rel in self._files:
-            with open(self.dir / rel, "rb") as f:
-                os.fsync(f.fileno())
+            fsync_file(self.dir / rel)
         fsync_dir(self.dir)
         manifest = dict(manifest, pending={"txn": self.id, "files": list(self._files)})
         atomic_write_json(self.root / MANIFEST, manifest)  # the commit point

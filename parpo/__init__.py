@@ -6,3 +6,6 @@ functions in registries), ``cli`` (the ``parpo`` command, the top layer),
 """
 
 __version__ = "0.1.0"
+
+import reward_models  # noqa: E402, F401  (registers the ``reward`` kind that policies read)
+from parpo import artefact_kind as _artefact_kind  # noqa: E402, F401  (registers the ``policy`` kind)

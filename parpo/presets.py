@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from data_pipelines.errors import UserError
-from data_pipelines.transaction import atomic_write_bytes
+from parpo_core.durable import atomic_write_bytes
+from parpo_core.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -2,3 +2,5 @@
 
 Reads canonical datasets from ``data_pipelines``; published to the registry.
 """
+
+from reward_models import artefact_kind as _artefact_kind  # noqa: F401  (registers the ``reward`` kind)

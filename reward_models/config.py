@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from data_pipelines.config import RuntimeConfig, StrictModel
 from data_pipelines.splits.rule import PositivesRule
+from parpo_core.config import RuntimeConfig, StrictModel
 
 
 class RewardSplitConfig(StrictModel):

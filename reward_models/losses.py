@@ -37,17 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from parpo_core.names import NameRegistry
 from reward_models.model.embeddings import BatchScores
 
-DISCREPANCIES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
-
-
-def register(name: str):
-    def wrap(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
-        DISCREPANCIES[name] = fn
-        return fn
-
-    return wrap
+DISCREPANCIES: NameRegistry[Callable[[Tensor, Tensor], Tensor]] = NameRegistry("discrepancy")
+register = DISCREPANCIES.register
 
 
 def bpr(diff: Tensor, weight: Tensor | None = None, norm: float | None = None) -> Tensor:
@@ -149,8 +143,6 @@ def no_discrepancy(x: Tensor, y: Tensor) -> Tensor:
 def discrepancy(kind: str, pairs: list[tuple[Tensor, Tensor]]) -> Tensor:
     """Mean of ``DISCREPANCIES[kind](a, b)`` over (interest, conformity) row pairs (users, items);
     pairs of one shape go through one batched call."""
-    if kind not in DISCREPANCIES:
-        raise ValueError(f"unknown discrepancy {kind!r}; choose from {sorted(DISCREPANCIES)}")
     fn = DISCREPANCIES[kind]
     used = [(a, b) for a, b in pairs if a.shape[0] >= 2]
     if not used:

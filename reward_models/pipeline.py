@@ -21,10 +21,7 @@ items the model never saw are cold), and add ``evals/<fp>-<split>-<hash>.json``.
 
 from __future__ import annotations
 
-import os
-import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,17 +31,16 @@ import torch
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.splits import PositivesRule
+from parpo_core.artefacts import Lineage, Registry, SplitRef, Version
+from parpo_core.runs import resolve_run_dir
+from reward_models.artefact_kind import KIND
 from reward_models.config import RewardConfig
 from reward_models.data import RewardData
 from reward_models.evaluate import Vectors, evaluate
 from reward_models.readout import RewardModel, UserProfile
-from reward_models.registry import Lineage, Registry, SplitRef, Version
 
 if TYPE_CHECKING:
     from reward_models.training import FitResult
-
-KIND = "reward"
-RUN_DIR_ENV = "PARPO_REWARD_RUN_DIR"  # shared with the ranks Lightning's DDP launcher starts
 
 
 @dataclass
@@ -55,11 +51,6 @@ class TrainOutcome:
     metrics: dict[str, Any]
     training: dict[str, Any]
     run_dir: Path
-
-
-def default_run_dir(kind: str = "reward") -> Path:
-    """A fresh ``runs/<kind>-<time>-<id>`` folder name for a training run."""
-    return Path("runs") / f"{kind}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def eval_config(cfg: RewardConfig) -> dict[str, Any]:
@@ -166,12 +157,7 @@ def train_and_publish(
     label: str | None = None,
 ) -> TrainOutcome | None:
     """Train on ``data_dir``'s split, evaluate, publish; None on DDP ranks other than 0."""
-    if (
-        run_dir is None and os.environ.get("LOCAL_RANK", "0") != "0"
-    ):  # a rank Lightning's DDP launcher started
-        run_dir = os.environ.get(RUN_DIR_ENV)
-    run = Path(run_dir or default_run_dir())
-    os.environ[RUN_DIR_ENV] = str(run.resolve())  # inherited by the ranks the launcher starts in fit()
+    run = resolve_run_dir(KIND, run_dir)  # the ranks Lightning's DDP launcher starts in fit() read it back
     ds = Dataset(data_dir)
     s = cfg.split
     data = RewardData.load(ds, s.name, s.seed, s.positives)

@@ -46,11 +46,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from reward_models.registry import Registry
-from reward_models.registry.errors import RegistryError
+from parpo_core.artefacts import Registry
+from parpo_core.artefacts.errors import RegistryError
+from reward_models.artefact_kind import KIND
 
 REFERENCE_ITEMS = 4096
-KIND = "reward"
 
 
 class UserProfile(BaseModel):

@@ -214,8 +214,8 @@ def create_app(
         given = (authorization or "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), token.encode()):
             raise HTTPException(401, "wrong or missing admin token")
-        from reward_models.registry import Registry
-        from reward_models.registry.errors import RegistryError
+        from parpo_core.artefacts import Registry
+        from parpo_core.artefacts.errors import RegistryError
 
         want = (body.version if body else None) or st.manager.follows or st.manager.pinned
         try:

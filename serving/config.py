@@ -10,7 +10,7 @@ import os
 
 from pydantic import Field
 
-from data_pipelines.config import RuntimeConfig, StrictModel
+from parpo_core.config import RuntimeConfig, StrictModel
 from serving.schemas import MIN_TEMPERATURE
 
 ADMIN_TOKEN_ENV = "PARPO_ADMIN_TOKEN"

@@ -72,7 +72,7 @@ class ModelManager:
 
     def pointed(self) -> str | None:
         """The version the followed pointer names now (None when pinned or unset)."""
-        from reward_models.registry import Registry
+        from parpo_core.artefacts import Registry
 
         if self.follows is None:
             return None

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_pipelines.transaction import fsync_dir
+from parpo_core.durable import fsync_dir
 
 SUFFIX = ".jsonl"
 _STOP = object()

@@ -7,29 +7,31 @@ from pathlib import Path
 
 from data_pipelines.adapters import amazon, canonical, coat, movielens, obd, parpo_events, taobao
 from data_pipelines.adapters.base import FileSpec, Source
+from parpo_core.names import NameRegistry
 
-ADAPTERS: dict[str, Callable[..., Source]] = {
-    "taobao": taobao.source,
-    "amazon-s3rec": amazon.source,
-    "movielens": movielens.source,
-    "coat": coat.source,
-    "obd": obd.source,
-    "parpo-events": parpo_events.source,
-    "canonical": canonical.source,
-}
+ADAPTERS: NameRegistry[Callable[..., Source]] = NameRegistry("source")
+for _name, _module in (
+    ("taobao", taobao),
+    ("amazon-s3rec", amazon),
+    ("movielens", movielens),
+    ("coat", coat),
+    ("obd", obd),
+    ("parpo-events", parpo_events),
+    ("canonical", canonical),
+):
+    ADAPTERS.add(_name, _module.source)
 
 
 def open_source(name: str, path: Path, mapping: Path | None = None) -> Source:
     """The ``Source`` for ``--source name --input path [--map mapping]``."""
-    from data_pipelines.errors import DataError
+    from parpo_core.errors import DataError
 
-    if name not in ADAPTERS:
-        raise DataError(f"unknown source {name!r} (expected one of: {', '.join(ADAPTERS)})")
+    adapter = ADAPTERS[name]
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
     if mapping is not None and name != "canonical":
         raise DataError("--map applies to --source canonical only")
-    return ADAPTERS[name](path, mapping) if name == "canonical" else ADAPTERS[name](path)
+    return adapter(path, mapping) if name == "canonical" else adapter(path)
 
 
 __all__ = ["ADAPTERS", "FileSpec", "Source", "open_source"]

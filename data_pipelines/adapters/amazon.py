@@ -15,9 +15,9 @@ from pathlib import Path
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, finish
-from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, TEXT, Dialect
 from data_pipelines.validate import ORD
+from parpo_core.errors import DataError
 
 DIALECT = Dialect(columns=None, separator=" ", quote=None)
 

@@ -20,22 +20,22 @@ from typing import Literal
 import polars as pl
 import pyarrow.parquet as pq
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from data_pipelines.adapters.base import ROW_COLUMNS, ROW_SCHEMA, FileSpec, Source, finish, nonempty
-from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, Dialect, read_header
 from data_pipelines.schema import EVENTS
 from data_pipelines.validate import number, parse_ts, resolve_ts_format
+from parpo_core.config import StrictModel
+from parpo_core.errors import DataError
 
 REQUIRED = ("user_id", "item_id", "event")
 STRING_COLUMNS = ("user_id", "item_id", "event", "category", "session_id", "request_id", "logging_policy")
 
 
-class Mapping(BaseModel):
+class Mapping(StrictModel):
     """A ``--map`` file: how a shop's CSV export maps onto canonical columns."""
 
-    model_config = ConfigDict(extra="forbid")
     separator: str = ","
     quote: str | None = '"'
     columns: dict[str, str] = Field(default_factory=dict)

@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, rating_rows
-from data_pipelines.errors import DataError
 from data_pipelines.lines import Dialect
+from parpo_core.errors import DataError
 
 DIALECT = Dialect(("user", "item", "rating"), quote=None)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, rating_rows
-from data_pipelines.errors import DataError
 from data_pipelines.lines import Dialect, read_chunks
 from data_pipelines.schema import features_expr
 from data_pipelines.validate import parse_ts, resolve_ts_format
+from parpo_core.errors import DataError
 
 DIALECT = Dialect(("user", "item", "rating", "ts"), separator="\t", quote=None)
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, finish, nonempty
-from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, Dialect, read_chunks, read_header
 from data_pipelines.schema import features_expr
 from data_pipelines.validate import ORD, number, parse_ts
+from parpo_core.errors import DataError
 
 POLICIES = {"random": "uniform_random", "bts": "obd_bts"}
 

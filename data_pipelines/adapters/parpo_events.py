@@ -30,9 +30,9 @@ from pathlib import Path
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, finish
-from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, TEXT, Dialect
 from data_pipelines.validate import ORD
+from parpo_core.errors import DataError
 
 DIALECT = Dialect(columns=None, separator="\x1f", quote=None)
 SLATE = pl.List(pl.Struct({"item_id": pl.String, "position": pl.Int32, "propensity": pl.Float64}))

@@ -11,9 +11,9 @@ from pathlib import Path
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, finish, nonempty
-from data_pipelines.errors import DataError
 from data_pipelines.lines import LINE, Dialect
 from data_pipelines.validate import parse_ts, resolve_ts_format
+from parpo_core.errors import DataError
 
 EVENTS = {"pv": "view", "cart": "cart", "fav": "fav", "buy": "buy"}
 DIALECT = Dialect(("user", "item", "category", "behavior", "ts"), quote=None)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from data_pipelines.errors import DataError
 from data_pipelines.splits.hashing import id_hash64, uniform
 from data_pipelines.splits.prepare import COAT_RANDOM, Prepared
 from data_pipelines.splits.registry import register
 from data_pipelines.splits.sampling import draw_mask, order_in_group
+from parpo_core.errors import DataError
 
 VALID_FRACTION = 0.10  # cold_users: valid users; cold_items: valid items; native: valid rows
 COLD_ITEM_FRACTION = 0.10

@@ -8,13 +8,14 @@ import polars as pl
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.splits.prepare import Prepared
+from parpo_core.names import NameRegistry
 
 #: A protocol: the prepared data in, named parts out (train, valid, test, and
 #: cold_profile/cold_test where the protocol sets cold users aside). Parts may
 #: carry helper columns (``__*``); the store keeps the canonical ones.
 SplitFn = Callable[[Prepared], dict[str, pl.DataFrame]]
 
-SPLITS: dict[str, SplitFn] = {}
+SPLITS: NameRegistry[SplitFn] = NameRegistry("split")
 
 #: The protocols for datasets made of user histories.
 HISTORY_SPLITS = ["temporal", "intervened", "cold_users", "cold_items"]
@@ -34,12 +35,7 @@ APPLICABLE: dict[str, list[str]] = {
 }
 
 
-def register(name: str) -> Callable[[SplitFn], SplitFn]:
-    def wrap(fn: SplitFn) -> SplitFn:
-        SPLITS[name] = fn
-        return fn
-
-    return wrap
+register = SPLITS.register
 
 
 def applicable_for(source: str) -> list[str]:

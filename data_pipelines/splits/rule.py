@@ -13,12 +13,13 @@ import math
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from data_pipelines.schema import DEFAULT_POSITIVE_EVENTS, EVENTS
+from parpo_core.config import StrictModel
 
 
-class PositivesRule(BaseModel):
+class PositivesRule(StrictModel):
     """Which canonical interaction rows are positives, and how much each weighs.
 
     - ``events``: event types that count (default: every non-impression event,
@@ -29,8 +30,6 @@ class PositivesRule(BaseModel):
     - ``weights``: per-event training weight (default 1.0), for models that
       weight positives; it never changes which rows a split holds.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     events: tuple[str, ...] = DEFAULT_POSITIVE_EVENTS
     min_value: float | None = None

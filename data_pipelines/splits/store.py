@@ -9,9 +9,7 @@ canonical interaction columns, sorted by user, ts, seq.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,12 +19,12 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.errors import DataError
 from data_pipelines.schema import INTERACTIONS, SCHEMA_VERSION, polars_schema, to_arrow
 from data_pipelines.splits.prepare import COLUMNS, ORDER, Prepared
 from data_pipelines.splits.registry import SPLITS, applicable_for
 from data_pipelines.splits.rule import PositivesRule
-from data_pipelines.transaction import atomic_write_json, fsync_dir
+from parpo_core.durable import atomic_write_json, publish_dir, temp_sibling
+from parpo_core.errors import DataError
 
 PARTS = ("train", "valid", "test", "cold_profile", "cold_test")
 META = "meta.json"
@@ -63,8 +61,6 @@ def split_dir(dataset: Dataset, name: str, seed: int = 0, rule: PositivesRule | 
 
 
 def _check_name(source: str, name: str) -> None:
-    if name not in SPLITS:
-        raise DataError(f"unknown split '{name}'; choose from {', '.join(sorted(SPLITS))}")
     ok = applicable_for(source)
     if name not in ok:
         raise DataError(f"split '{name}' does not apply to {source} datasets; applicable: {', '.join(ok)}")
@@ -116,14 +112,12 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
 
 
 def _is_current(path: Path, dataset: Dataset) -> bool:
+    return _is_current_fingerprint(path, dataset.fingerprint)
+
+
+def _is_current_fingerprint(path: Path, fingerprint: str) -> bool:
     meta = _read_meta(path)
-    return meta is not None and meta.get("data_fingerprint") == dataset.fingerprint
-
-
-def _write_parquet(df: pl.DataFrame, path: Path) -> None:
-    pq.write_table(to_arrow(df, INTERACTIONS), path, compression="zstd")
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+    return meta is not None and meta.get("data_fingerprint") == fingerprint
 
 
 def save_split(split: Split, target: Path) -> Path:
@@ -134,43 +128,24 @@ def save_split(split: Split, target: Path) -> Path:
     out and deleted.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+    fingerprint = split.meta["data_fingerprint"]
+    tmp = temp_sibling(target)
     tmp.mkdir()
     try:
         for k, df in split.parts().items():
-            _write_parquet(df, tmp / f"{k}.parquet")
+            pq.write_table(to_arrow(df, INTERACTIONS), tmp / f"{k}.parquet", compression="zstd")
         atomic_write_json(tmp / META, split.meta)
-        fsync_dir(tmp)
-        _publish(tmp, target, split.meta["data_fingerprint"])
+        if not _is_current_fingerprint(target, fingerprint):
+            try:
+                publish_dir(tmp, target, replace=True)
+            except OSError:
+                # Another writer published between our check and rename; keep theirs if current.
+                if not _is_current_fingerprint(target, fingerprint):
+                    raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    fsync_dir(target.parent)
     split.path = target
     return target
-
-
-def _publish(tmp: Path, target: Path, fingerprint: str) -> None:
-    old_meta = _read_meta(target) if target.exists() else None
-    if old_meta is not None and old_meta.get("data_fingerprint") == fingerprint:
-        return
-    if target.exists():
-        # rename() cannot replace a non-empty folder: move the stale one aside first.
-        trash = target.parent / f".old-{target.name}-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(target, trash)
-        except FileNotFoundError:
-            trash = None
-    else:
-        trash = None
-    try:
-        os.rename(tmp, target)
-    except OSError:
-        # Another writer published between our check and rename; keep theirs if current.
-        meta = _read_meta(target)
-        if meta is None or meta.get("data_fingerprint") != fingerprint:
-            raise
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
 
 
 def write_split(

@@ -11,20 +11,20 @@ import hashlib
 import json
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from parpo_core.config import StrictModel
 
 #: Version of the generative model; bumped when the same config would draw different data.
 GENERATOR_VERSION = 1
 
 
-class SynthConfig(BaseModel):
+class SynthConfig(StrictModel):
     """Parameters of the synthetic world, logging policy and response model.
 
     Sizes, then the world (users, items), then exposure, then the response
     model, then time. The equations are in docs/synthetic.md.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     seed: int = Field(0, ge=0, description="Seeds every random stream.")
     # Sizes

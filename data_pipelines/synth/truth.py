@@ -18,9 +18,7 @@ The true interest of any pair is ``u . v / sqrt(dim)`` through the stored vector
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,11 +26,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from data_pipelines.errors import DataError
 from data_pipelines.synth.config import GENERATOR_VERSION
 from data_pipelines.synth.generate import SynthData
 from data_pipelines.synth.world import interest as row_interest
-from data_pipelines.transaction import fsync_dir
+from parpo_core.durable import publish_dir, temp_sibling
+from parpo_core.errors import DataError
 
 #: Above this many user x item pairs, interest.parquet holds only the pairs in the logs.
 ALL_PAIRS_LIMIT = 5_000_000
@@ -106,7 +104,7 @@ def _vectors(a: np.ndarray) -> pl.Series:
 def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
     """Write ``truth/`` atomically: staged in a sibling temp folder, fsynced, renamed into place."""
     w, cfg = data.world, data.config
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = temp_sibling(dest)
     tmp.mkdir(parents=True)
     try:
         frames = {
@@ -141,17 +139,7 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(meta))
-        for f in tmp.iterdir():
-            fsync_dir(f)
-        fsync_dir(tmp)
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
-            os.replace(dest, old)
-            os.replace(tmp, dest)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, dest)
-        fsync_dir(dest.parent)
+        publish_dir(tmp, dest, replace=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

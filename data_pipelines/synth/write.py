@@ -7,12 +7,10 @@ synthetic dataset is read exactly like an ingested shop log.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,12 +22,13 @@ import polars as pl
 from data_pipelines.adapters import canonical
 from data_pipelines.adapters.base import ROW_COLUMNS
 from data_pipelines.dataset import Dataset
-from data_pipelines.errors import DataError
 from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
 from data_pipelines.synth.generate import SynthData, generate, generate_logs
 from data_pipelines.synth.truth import write_truth
 from data_pipelines.validate import TS_FUTURE_SLACK, TS_MIN
+from parpo_core.durable import atomic_write_with
+from parpo_core.errors import DataError
 
 SOURCE = "synthetic"
 #: Columns of the benchmark CSV: what a shop's export typically carries.
@@ -170,17 +169,10 @@ def write_csv(
                 break
             factor *= 1.05 * n_rows / rows.height
         rows = rows.head(n_rows)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        out = rows.select(columns)
-        if "ts" in out.columns:
-            out = out.with_columns(iso_utc(out["ts"]))
-        out.write_csv(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    out = rows.select(columns)
+    if "ts" in out.columns:
+        out = out.with_columns(iso_utc(out["ts"]))
+    atomic_write_with(Path(path), out.write_csv)
     return rows.height
 
 

@@ -16,7 +16,6 @@ from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
 from parpo.algorithms.kl import KL, KLFn, kl_reward_penalty
 from parpo.algorithms.losses import LOSSES, LossFn, compute_loss, tis_weights
 from parpo.algorithms.optim import build_optimizers, split_params
-from parpo.algorithms.registry import Registry
 from parpo.algorithms.stats import GroupStats, group_mean_std, whiten
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "LossConfig",
     "LossFn",
     "OptimConfig",
-    "Registry",
     "UserBatchStats",
     "all_gather_user_batch_stats",
     "build_optimizers",

@@ -27,8 +27,8 @@ from torch import Tensor
 
 from parpo.algorithms.anchors import AnchorSnapshot
 from parpo.algorithms.config import AdvantageConfig
-from parpo.algorithms.registry import Registry
 from parpo.algorithms.stats import GroupStats, group_mean_std, whiten
+from parpo_core.names import NameRegistry
 
 
 class AdvantageFn(Protocol):
@@ -42,7 +42,7 @@ class AdvantageFn(Protocol):
     ) -> tuple[Tensor, dict[str, float]]: ...
 
 
-ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
+ADVANTAGES: NameRegistry[AdvantageFn] = NameRegistry("advantage estimator")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from torch import Tensor
 
-from parpo.algorithms.registry import Registry
+from parpo_core.names import NameRegistry
 
 Count = int | float | Tensor
 
@@ -38,7 +38,7 @@ class AggregationFn(Protocol):
     ) -> Tensor: ...
 
 
-AGGREGATIONS: Registry[AggregationFn] = Registry("loss aggregation")
+AGGREGATIONS: NameRegistry[AggregationFn] = NameRegistry("loss aggregation")
 
 
 def _masked(loss_mat: Tensor, mask: Tensor) -> Tensor:

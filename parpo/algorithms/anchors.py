@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+from parpo_core.durable import atomic_write_with
 
 if TYPE_CHECKING:
     from parpo.algorithms.config import AdvantageConfig
@@ -305,7 +306,6 @@ class AnchorStore:
         import pyarrow.parquet as pq
 
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         st = self.state_dict()
         table = pa.table(
             {k: pa.array(st[k].numpy()) for k in ("user", "mean", "var", "count", "n_obs")}
@@ -316,18 +316,7 @@ class AnchorStore:
                 )
             }
         )
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pq.write_table(table, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
-        return path
+        return atomic_write_with(path, lambda tmp: pq.write_table(table, tmp))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AnchorStore:
@@ -376,14 +365,3 @@ class AnchorStore:
                     "n_obs": buf[:, 4].round().long(),
                 }
             )
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows: directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

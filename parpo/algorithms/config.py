@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from parpo_core.config import StrictModel
 
 
-class AdvantageConfig(BaseModel):
+class AdvantageConfig(StrictModel):
     """Which estimator and its constants (``ADVANTAGES[cfg.estimator]``).
 
     ``weights`` maps reward component names (``task/<name>``, ``preference``) to their weight in
     the sum; empty means weight 1 for every component. ``whiten=None`` means the estimator's own
     default (on for ``gdpo``, off for the others, including ``parpo``).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     estimator: str = "parpo"
     weights: dict[str, float] = Field(default_factory=dict)
@@ -31,10 +31,8 @@ class AdvantageConfig(BaseModel):
     task_prefix: str = "task/"
 
 
-class LossConfig(BaseModel):
+class LossConfig(StrictModel):
     """Policy loss (``LOSSES[cfg.name]``), its clipping, TIS, KL and aggregation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "ppo"
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="ratio lower bound 1 - eps_low")
@@ -58,10 +56,8 @@ class LossConfig(BaseModel):
         return self
 
 
-class OptimConfig(BaseModel):
+class OptimConfig(StrictModel):
     """AdamW, or Muon on 2-D hidden matrices plus AdamW for the rest (``build_optimizers``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     lr: float = Field(3e-4, gt=0.0)
     weight_decay: float = Field(0.01, ge=0.0)

@@ -25,14 +25,14 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from parpo.algorithms.registry import Registry
+from parpo_core.names import NameRegistry
 
 
 class KLFn(Protocol):
     def __call__(self, logp: Tensor, ref_logp: Tensor) -> Tensor: ...
 
 
-KL: Registry[KLFn] = Registry("KL estimator")
+KL: NameRegistry[KLFn] = NameRegistry("KL estimator")
 
 
 @KL.register("k1")

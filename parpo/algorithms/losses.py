@@ -22,7 +22,7 @@ from torch import Tensor
 from parpo.algorithms.aggregation import AGGREGATIONS, Count
 from parpo.algorithms.config import LossConfig
 from parpo.algorithms.kl import KL
-from parpo.algorithms.registry import Registry
+from parpo_core.names import NameRegistry
 
 # exp() of a log-ratio beyond this is an overflow, not a signal (verl clamps at 20 too).
 _LOG_RATIO_CLAMP = 20.0
@@ -44,7 +44,7 @@ class LossFn(Protocol):
     ) -> tuple[Tensor, dict[str, float]]: ...
 
 
-LOSSES: Registry[LossFn] = Registry("policy loss")
+LOSSES: NameRegistry[LossFn] = NameRegistry("policy loss")
 
 
 def tis_weights(old_logp: Tensor, rollout_logp: Tensor, cap: float = 2.0) -> Tensor:

@@ -106,9 +106,9 @@ def synth(
     overrides: Overrides = None,
 ) -> None:
     """Synthesise a log with known interest and conformity (truth/ and uniform_test/ included)."""
-    from data_pipelines.errors import UserError
     from parpo.cli.console import console, summary_table
     from parpo.presets import write_resolved
+    from parpo_core.errors import UserError
 
     flags = [
         f"synth.{k}={v}" for k, v in (("n_users", users), ("n_items", items), ("seed", seed)) if v is not None

@@ -42,8 +42,8 @@ def demo(
 ) -> None:
     """Run PARPO end to end on synthetic data: synthesise, train a reward model and a policy,
     evaluate, serve, estimate off-policy from the served logs, report."""
-    from data_pipelines.errors import UserError
     from parpo.cli.console import console
+    from parpo_core.errors import UserError
 
     run = out or Path("runs") / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     if run.exists() and any(run.iterdir()):
@@ -71,8 +71,12 @@ def demo(
     from parpo.cli.reward import load_config, run_training
 
     rcfg = load_config("dice", None, ["train.progress_bar=false", *reward_over])
-    rcfg.split.seed, rcfg.split.positives = cfg.split.seed, cfg.split.positives
-    rcfg.runtime.seed = cfg.runtime.seed
+    rcfg = rcfg.model_copy(
+        update={
+            "split": rcfg.split.model_copy(update={"seed": cfg.split.seed, "positives": cfg.split.positives}),
+            "runtime": rcfg.runtime.model_copy(update={"seed": cfg.runtime.seed}),
+        }
+    )
     console.print(f"3/8 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
     outcome = run_training(rcfg, data, run / "registry", run / "reward", None, label="dice")
     if outcome is None:  # a DDP rank other than 0
@@ -131,9 +135,9 @@ def _serve(run: Path, data: Path, n_requests: int, timeout_s: float = 300.0) -> 
     import uvicorn
 
     from data_pipelines.dataset import Dataset
-    from data_pipelines.errors import UserError
     from data_pipelines.synth import Truth
     from parpo.cli.console import console
+    from parpo_core.errors import UserError
     from serving.app import create_app
     from serving.config import ServeConfig
 

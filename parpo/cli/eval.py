@@ -72,7 +72,7 @@ def ope(
 
     A registry version: from the server's sampled decisions (every logged request replayed),
     recorded in the version's evals/ where parpo eval report finds it."""
-    from data_pipelines.errors import UserError
+    from parpo_core.errors import UserError
 
     if policy not in OBD_POLICIES:
         if registry is None:

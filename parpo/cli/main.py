@@ -11,7 +11,6 @@ import sys
 
 import typer
 
-from data_pipelines.errors import UserError
 from parpo.cli.data import app as data_app
 from parpo.cli.demo import demo
 from parpo.cli.eval import app as eval_app
@@ -19,6 +18,7 @@ from parpo.cli.policy import app as policy_app
 from parpo.cli.registry import app as registry_app
 from parpo.cli.reward import app as reward_app
 from parpo.cli.serve import serve
+from parpo_core.errors import UserError
 
 app = typer.Typer(
     name="parpo",

@@ -31,9 +31,9 @@ Overrides = Annotated[
 
 def load_config(config: str, algo: str | None, group_size: int | None, overrides: list[str] | None):
     """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides)."""
-    from data_pipelines.errors import UserError
     from parpo.presets import load
     from parpo.trainer.config import PolicyTrainConfig
+    from parpo_core.errors import UserError
 
     extra = []
     if algo is not None:

@@ -1,6 +1,6 @@
-"""``parpo registry``: list versions, show one, promote, roll back.
+"""``parpo registry``: list versions, show one, promote, roll back, set and remove aliases.
 
-Imports ``reward_models.registry`` inside each command (never torch), so
+Imports ``parpo_core.artefacts`` inside each command (never torch), so
 listing a registry starts fast.
 """
 
@@ -14,33 +14,38 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from reward_models.registry import Registry, VersionInfo
+    from parpo_core.artefacts import Registry, VersionInfo
+
+from parpo_core.artefacts.kinds import KINDS
 
 app = typer.Typer(
-    help="Inspect the model registry (REG/<kind>/<version>/) and move its production pointer.",
+    help="Inspect the artefact registry (REG/<kind>/<version>/) and move its pointers.",
     no_args_is_help=True,
 )
+alias_app = typer.Typer(
+    help="Named pointers beside latest/production (staging, challenger, ...): set and remove.",
+    no_args_is_help=True,
+)
+app.add_typer(alias_app, name="alias")
 
-
-class Kind(StrEnum):
-    reward = "reward"
-    policy = "policy"
+#: The registered artefact kinds (``reward``, ``policy``, and any a plugin registers).
+Kind = StrEnum("Kind", {name: name for name in KINDS.names()})
 
 
 RegistryOpt = Annotated[
     Path,
     typer.Option("--registry", "-r", help="Registry folder (REG).", envvar="PARPO_REGISTRY"),
 ]
-KindOpt = Annotated[Kind, typer.Option("--kind", "-k", help="Which models.")]
+KindOpt = Annotated[Kind, typer.Option("--kind", "-k", help="Which artefacts.")]
 VersionArg = Annotated[
     str | None,
-    typer.Argument(help="A version name, its number (3 or v000003), 'latest' or 'production'."),
+    typer.Argument(help="A version name, its number (3 or v000003), 'latest', 'production' or an alias."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def _registry(path: Path) -> Registry:
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
 
     return Registry(path)
 
@@ -54,12 +59,13 @@ def _size(n: int) -> str:
 
 
 def _markers(info: VersionInfo) -> str:
-    return ", ".join(m for m, on in (("production", info.is_production), ("latest", info.is_latest)) if on)
+    return ", ".join(info.aliases)
 
 
 @app.command("list")
 def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt = False) -> None:
-    """List versions in publish order with their pointers, data and key test metrics."""
+    """List versions in publish order with their pointers, data and the kind's key metrics
+    (reward: test ranking metrics; policy: its newest evaluation, else its training means)."""
     from rich.table import Table
 
     from parpo.cli.console import console
@@ -72,6 +78,7 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
     if not infos:
         console.print(f"no {kind.value} versions in {registry}", soft_wrap=True)
         return
+    columns = KINDS[kind.value].columns
     t = Table(title=f"{kind.value} versions in {registry}", title_justify="left")
     for col, justify in (
         ("version", "left"),
@@ -80,8 +87,8 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
         ("parent", "left"),
         ("data", "left"),
         ("split", "left"),
-        ("ndcg@10", "right"),
-        ("recall@10", "right"),
+        *((c, "right") for c in columns),
+        ("metrics from", "left"),
         ("status", "left"),
     ):
         t.add_column(col, justify=justify, no_wrap=col in ("version", "pointers", "published", "parent"))
@@ -93,7 +100,8 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
             i.parent.split("-", 1)[0] if i.parent else "-",
             (i.data_fingerprint or "-")[:12],
             f"{i.split}/{i.split_seed}" if i.split else "-",
-            *(f"{i.metrics[k]:.4f}" if k in i.metrics else "-" for k in ("ndcg@10", "recall@10")),
+            *(f"{i.metrics[k]:.4f}" if k in i.metrics else "-" for k in columns),
+            i.metrics_source or "-",
             f"[red]{i.problem}[/]" if i.problem else "ok",
         )
     console.print(t)
@@ -102,7 +110,7 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
 def _show_dict(reg: Registry, kind: str, version: str | None, verify: bool) -> dict[str, Any]:
     v = reg.open(kind, version, verify=verify, check=verify)
     files = v.manifest["files"]
-    pointers = {p: (reg.pointer(kind, p) or {}).get("version") == v.name for p in ("latest", "production")}
+    pointers = {p: target == v.name for p, target in reg.aliases(kind).items()}
     return {
         "kind": kind,
         "version": v.name,
@@ -233,3 +241,32 @@ def verify(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = Ki
 
     v = _registry(registry).verify(kind.value, version)
     console.print(f"{v.label}: ok ({len(v.manifest['files'])} files match manifest.json)", soft_wrap=True)
+
+
+@alias_app.command("set")
+def alias_set(
+    name: Annotated[str, typer.Argument(help="Alias name: [a-z][a-z0-9_-]*, not latest/production.")],
+    version: Annotated[str, typer.Argument(help="A version name, its number, or another pointer.")],
+    registry: RegistryOpt,
+    kind: KindOpt = Kind.reward,
+) -> None:
+    """Verify VERSION and point alias NAME at it (its previous target is kept in its history)."""
+    from parpo.cli.console import console
+
+    reg = _registry(registry)
+    before = reg.aliases(kind.value).get(name)
+    target = reg.set_alias(kind.value, name, version)
+    console.print(f"{name}: {kind.value}/{target} (was {before or 'unset'})", soft_wrap=True)
+
+
+@alias_app.command("rm")
+def alias_rm(
+    name: Annotated[str, typer.Argument(help="The alias to remove (not latest/production).")],
+    registry: RegistryOpt,
+    kind: KindOpt = Kind.reward,
+) -> None:
+    """Remove alias NAME (the version it named stays in the registry)."""
+    from parpo.cli.console import console
+
+    target = _registry(registry).remove_alias(kind.value, name)
+    console.print(f"removed alias {name} (it named {kind.value}/{target})", soft_wrap=True)

@@ -42,7 +42,7 @@ def serve(
     import uvicorn
 
     from parpo.presets import load
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
     from serving.app import create_app
     from serving.config import ServeConfig
 

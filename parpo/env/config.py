@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from data_pipelines.config import StrictModel
 from parpo.env.schema import MAX_ITEMS
+from parpo_core.config import StrictModel
 
 #: Task components (``task/<name>``), in the order they are reported.
 TASK_COMPONENTS: tuple[str, ...] = ("constraints", "items_valid", "valid_calls", "efficiency")

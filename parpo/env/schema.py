@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from data_pipelines.errors import UserError
+from parpo_core.errors import UserError
 
 #: Bumped whenever an action, a field or a strategy changes meaning or is removed.
 ACTION_SCHEMA_VERSION = 1

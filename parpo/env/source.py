@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.errors import DataError
 from data_pipelines.splits import PositivesRule, Split, load_split
 from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
 from parpo.env.environment import BatchEnv, PreferenceTransform
 from parpo.env.tasks import Task, make_tasks
+from parpo_core.errors import DataError
 
 
 @dataclass
@@ -43,8 +43,8 @@ class EnvSource:
         cfg: EnvConfig | None = None,
     ) -> EnvSource:
         """``version``: a reward version name or number (default: production)."""
+        from parpo_core.artefacts import Registry
         from reward_models.readout import KIND, RewardModel
-        from reward_models.registry import Registry
 
         v = Registry(registry).open(KIND, version)
         ref = v.lineage.split

@@ -73,8 +73,8 @@ def compare_policies(
     """Evaluate every version on ``data_dir``, pair their per-task results and record each
     version's differences against the others in its ``evals/``. Returns the recorded paths and
     results, in the order of ``versions``."""
-    from data_pipelines.errors import UserError
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
+    from parpo_core.errors import UserError
 
     if len(versions) < 2:
         raise UserError(

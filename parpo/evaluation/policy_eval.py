@@ -18,14 +18,14 @@ from typing import Any
 
 import polars as pl
 
-from data_pipelines.errors import DataError
-from data_pipelines.transaction import atomic_write_bytes
 from parpo.env.baselines import Agent
 from parpo.env.environment import BatchEnv
 from parpo.env.evaluate import METRICS, baseline_agents, run_episodes, summarise
 from parpo.env.source import EnvSource
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.bundle import KIND, PolicyBundle
+from parpo_core.durable import atomic_write_bytes
+from parpo_core.errors import DataError
 
 SCHEMA_VERSION = 1
 BASELINES = ("random", "popularity", "fixed_plan", "greedy_reward")
@@ -62,7 +62,7 @@ def evaluate_policy(
     seed: int = 0,
 ) -> tuple[Path, dict[str, Any]]:
     """Evaluate ``version`` (default: production) on ``data_dir``; record and return the result."""
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
 
     bundle = PolicyBundle.load(registry, version)
     env_cfg = bundle.env

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from parpo.artefact_kind import KIND
 from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
 from parpo.env.environment import BatchEnv
@@ -33,7 +34,6 @@ from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.native import NativePolicy
 
-KIND = "policy"
 CATALOGUE = "catalogue.parquet"
 ANCHORS = "anchors.parquet"
 POLICY_DIR = "policy"
@@ -53,17 +53,17 @@ class PolicyBundle:
     policy: NativePolicy
     reward_model: Any  # reward_models.readout.RewardModel
     catalogue: Catalogue
-    version: Any  # reward_models.registry.Version
+    version: Any  # parpo_core.artefacts.Version
     reward_version: str
     env: EnvConfig  # the environment rules the policy was trained under (its config's ``env``)
 
     @classmethod
     def load(cls, registry: str | Path, version: str | None = None) -> PolicyBundle:
         """Open ``version`` (default: production) of kind ``policy`` and its reward version."""
+        from parpo_core.artefacts import Registry
+        from parpo_core.artefacts.errors import RegistryError
         from reward_models.readout import KIND as REWARD
         from reward_models.readout import RewardModel
-        from reward_models.registry import Registry
-        from reward_models.registry.errors import RegistryError
 
         reg = Registry(registry)
         v = reg.open(KIND, version)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from data_pipelines.config import StrictModel
 from parpo.env.schema import MAX_ITEMS
+from parpo_core.config import StrictModel
 
 
 class NativePolicyConfig(StrictModel):

@@ -21,14 +21,14 @@ from typing import Any
 import polars as pl
 from pydantic import ValidationError
 
-from data_pipelines.errors import DataError
-from data_pipelines.transaction import atomic_write_bytes
 from parpo.env.environment import BatchEnv
 from parpo.env.evaluate import run_episodes
 from parpo.env.schema import MAX_ITEMS, Constraints, Request
 from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.bundle import PolicyBundle
+from parpo_core.durable import atomic_write_bytes
+from parpo_core.errors import DataError
 
 REQUIRED = ("request_id", "user_id")
 OPTIONAL = ("category", "price_min", "price_max", "attributes", "candidates", "k", "profile")

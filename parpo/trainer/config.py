@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from data_pipelines.config import RuntimeConfig, StrictModel
 from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
 from parpo.env.config import EnvConfig
 from parpo.policy.config import NativePolicyConfig
+from parpo_core.config import RuntimeConfig, StrictModel
 
 
 class TrainLoopConfig(StrictModel):

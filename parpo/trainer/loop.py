@@ -28,7 +28,7 @@ from parpo.policy.native import NativePolicy
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.metrics import reward_metrics, rollout_report
 from parpo.trainer.rollout import Rollouts, collect
-from reward_models.rng import rng_state, set_rng_state
+from parpo_core.rng import rng_state, set_rng_state
 
 LAST = "last.ckpt"
 
@@ -63,7 +63,7 @@ def write_csv(history: list[dict[str, float]], path: Path) -> None:
     """All updates so far, one row each (columns: the union of keys), written atomically."""
     import polars as pl
 
-    from data_pipelines.transaction import atomic_write_bytes
+    from parpo_core.durable import atomic_write_bytes
 
     path.parent.mkdir(parents=True, exist_ok=True)
     df = pl.DataFrame(history, infer_schema_length=None)

@@ -3,7 +3,6 @@ process or DDP), publish it as a ``policy`` version with lineage to that reward 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,10 @@ from parpo.policy.bundle import ANCHORS, CATALOGUE, KIND, POLICY_DIR
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.loop import PolicyTrainer, TrainResult
 
-RUN_DIR_ENV = "PARPO_POLICY_RUN_DIR"
-
 
 @dataclass
 class PolicyOutcome:
-    version: Any  # reward_models.registry.Version
+    version: Any  # parpo_core.artefacts.Version
     result: TrainResult
     run_dir: Path
     summary: dict[str, float]
@@ -45,13 +42,10 @@ def train_and_publish(
     preference_transform: PreferenceTransform | None = None,
 ) -> PolicyOutcome | None:
     """Train on the reward version's split (default: production); None on DDP ranks other than 0."""
-    from reward_models.pipeline import default_run_dir
-    from reward_models.registry import Lineage, Registry, SplitRef
+    from parpo_core.artefacts import Lineage, Registry, SplitRef
+    from parpo_core.runs import resolve_run_dir
 
-    if run_dir is None and os.environ.get("LOCAL_RANK", "0") != "0":
-        run_dir = os.environ.get(RUN_DIR_ENV)  # a rank the DDP launcher started: same folder
-    run = Path(run_dir or default_run_dir("policy"))
-    os.environ[RUN_DIR_ENV] = str(run.resolve())
+    run = resolve_run_dir(KIND, run_dir)  # a rank the DDP launcher started gets rank 0's folder
     source = EnvSource.load(data_dir, registry, reward_version, cfg.env)
     result = PolicyTrainer(cfg, source, run, preference_transform=preference_transform).fit(resume)
     if not result.is_global_zero:

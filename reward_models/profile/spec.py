@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from data_pipelines.schema import DEFAULT_POSITIVE_EVENTS
+from parpo_core.config import StrictModel
 
 MAX_CATEGORIES = 100
 MAX_ATTRIBUTES = 200
@@ -25,10 +25,8 @@ MAX_FEATURE_VALUES = 200
 MIN_FEATURE_COUNT = 2  # a key=value seen once (a zip code) cannot generalise to another user
 
 
-class ViewSpec(BaseModel):
+class ViewSpec(StrictModel):
     """Vocabularies and scales of the views (see ``reward_models.profile.views``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     events: list[str] = list(DEFAULT_POSITIVE_EVENTS)
     categories: list[str] = []

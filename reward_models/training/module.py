@@ -18,13 +18,13 @@ import pytorch_lightning as pl
 import torch
 
 from data_pipelines.metrics import csr_rows, per_user_ranking_metrics, topk_from_scores
+from parpo_core.rng import rng_state, set_rng_state
 from reward_models.config import RewardConfig
 from reward_models.curriculum import Curriculum
 from reward_models.data import RewardData
 from reward_models.losses import StepWeights, dice_loss, discrepancy
 from reward_models.model import CausalEmbeddings, normalized_adjacency
 from reward_models.profile.fit import link_init
-from reward_models.rng import rng_state, set_rng_state
 
 MONITOR = "valid/ndcg@10"
 VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")

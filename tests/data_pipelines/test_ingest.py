@@ -14,8 +14,8 @@ from data_pipelines import ingest as ingest_mod
 from data_pipelines import transaction
 from data_pipelines.adapters import canonical, open_source
 from data_pipelines.dataset import Dataset
-from data_pipelines.errors import DataError
 from data_pipelines.ingest import ingest
+from parpo_core.errors import DataError
 
 HEADER = "user_id,item_id,ts,event,value,request_id,position,propensity\n"
 GOOD = [

@@ -135,7 +135,7 @@ def test_discrepancy_gradients_are_finite_with_duplicate_rows():
 
 def test_none_and_unknown():
     assert DISCREPANCIES["none"](torch.ones(3, 2), torch.ones(3, 2)).item() == 0.0
-    with pytest.raises(ValueError, match="unknown discrepancy"):
+    with pytest.raises(KeyError, match="unknown discrepancy 'cosine'"):
         discrepancy("cosine", [(torch.ones(3, 2), torch.ones(3, 2))])
 
 

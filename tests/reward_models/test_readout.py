@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 import torch
 
+from parpo_core.artefacts import Lineage, Registry, SplitRef
 from reward_models.readout import RewardModel
-from reward_models.registry import Lineage, Registry, SplitRef
 
 USERS = ["ua", "ub", "uc", "ud"]  # ud: in the id map, never trained
 ITEMS = ["i0", "i1", "i2", "i3", "i4"]  # i4: never trained
@@ -122,7 +122,7 @@ def test_load_from_registry_without_lightning(tmp_path):
 
 
 def test_corrupted_version_fails_with_a_clear_error(tmp_path):
-    from reward_models.registry import RegistryError
+    from parpo_core.artefacts import RegistryError
 
     reg = publish_hand_model(tmp_path)
     weights = next((reg / "reward").glob("v*/weights/model.safetensors"))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from parpo_core.artefacts import Registry
 from reward_models.data import RewardData
 from reward_models.pipeline import evaluate_version, train_and_publish
 from reward_models.readout import RewardModel
-from reward_models.registry import Registry
 from reward_models.training import fit
 from tests.reward_models.conftest import reward_config
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from reward_models.registry import Registry
+from parpo_core.artefacts import Registry
 from serving.acting import LoadedModel
 from serving.segments import read_records
 from tests.serving.helpers import client, small_config, wait_ready

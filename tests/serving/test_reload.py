@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from reward_models.registry import Registry
+from parpo_core.artefacts import Registry
 from tests.serving.helpers import client, small_config, wait_ready
 
 

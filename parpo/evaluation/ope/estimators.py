@@ -13,15 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from parpo.evaluation.ope.feedback import LoggedFeedback
+from parpo_core.config import StrictModel
+from parpo_core.names import NameRegistry
 
 
-class EstimatorConfig(BaseModel):
+class EstimatorConfig(StrictModel):
     """Hyperparameters; defaults are fixed a priori, not tuned on any evaluation data."""
 
-    model_config = ConfigDict(extra="forbid")
     clip: float | None = Field(None, gt=0, description="IPS: cap on the importance weight (None: unclipped).")
     switch_tau: float = Field(10.0, ge=0, description="SwitchDR: rows with w > tau keep only the DM term.")
     dros_lambda: float = Field(10.0, ge=0, description="DRos: shrinkage w -> lambda w / (w^2 + lambda).")
@@ -41,16 +42,11 @@ class Terms:
 
 
 EstimatorFn = Callable[[LoggedFeedback, EstimatorConfig], Terms]
-ESTIMATORS: dict[str, EstimatorFn] = {}
+ESTIMATORS: NameRegistry[EstimatorFn] = NameRegistry("estimator")
 NEEDS_REWARD_MODEL = {"dm", "dr", "switch_dr", "dr_os"}
 
 
-def register(name: str) -> Callable[[EstimatorFn], EstimatorFn]:
-    def wrap(fn: EstimatorFn) -> EstimatorFn:
-        ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
+register = ESTIMATORS.register
 
 
 def _q(fb: LoggedFeedback) -> tuple[np.ndarray, np.ndarray]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_pipelines.errors import DataError
 from parpo.evaluation.ope.feedback import LoggedFeedback
+from parpo_core.errors import DataError
 
 
 @dataclass(frozen=True)

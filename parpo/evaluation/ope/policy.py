@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from data_pipelines.errors import DataError
 from parpo.evaluation.ope.bootstrap import bootstrap
 from parpo.evaluation.ope.estimators import Terms
 from parpo.evaluation.ope.evaluate import evaluate_feedback
 from parpo.evaluation.ope.feedback import LoggedFeedback
 from parpo.evaluation.ope.logs import read_logs
+from parpo_core.errors import DataError
 
 if TYPE_CHECKING:
     from parpo.policy.bundle import PolicyBundle
@@ -240,7 +240,7 @@ def record_served(registry: str | Path, root: str | Path, result: dict[str, Any]
     report`` shows it in its off-policy section."""
     from data_pipelines.dataset import Dataset
     from parpo.policy.bundle import KIND
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
 
     config = {
         k: result[k] for k in ("temperature", "samples", "reward_event", "logging_policies", "n_boot", "seed")

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data_pipelines.transaction import atomic_write_bytes
 from parpo.evaluation.policy_eval import PARTS
 from parpo.evaluation.report import figures
 from parpo.evaluation.report.collect import (
@@ -26,6 +25,7 @@ from parpo.evaluation.report.collect import (
     head_tail_hits,
     load_policy,
 )
+from parpo_core.durable import atomic_write_bytes
 
 HTML_NAME, MD_NAME = "report.html", "summary.md"
 SHOWN = ("task_quality", "preference", "hit@10", "ndcg@10", "true_preference")
@@ -232,7 +232,7 @@ def write_report(
 ) -> tuple[Path, Path]:
     """Write ``out/report.html`` and ``out/summary.md`` for ``versions`` (default: every policy
     version with a recorded eval); each file is written atomically. Returns both paths."""
-    from data_pipelines.errors import UserError
+    from parpo_core.errors import UserError
 
     chosen = list(versions) if versions else default_versions(registry)
     if not chosen:

@@ -42,7 +42,7 @@ def _read(path: Path, reader: Any) -> pl.DataFrame | None:
 def load_policy(registry: str | Path, version: str | None) -> PolicyData:
     """Read one version. Its single-policy eval: the first greedy one by file name (evals are
     add-only and named by data, split and config hash, so that choice is stable)."""
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
 
     reg = Registry(registry)
     v = reg.open(KIND, version, verify=False)
@@ -69,7 +69,7 @@ def load_policy(registry: str | Path, version: str | None) -> PolicyData:
 
 def default_versions(registry: str | Path) -> list[str]:
     """Every policy version with at least one recorded eval, in publish order."""
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
 
     reg = Registry(registry)
     return [i.name for i in reg.list_versions(KIND) if reg.evals(KIND, i.name)]

@@ -10,8 +10,8 @@ import pytest
 
 from data_pipelines.adapters import open_source
 from data_pipelines.dataset import Dataset
-from data_pipelines.errors import DataError
 from data_pipelines.ingest import ingest
+from parpo_core.errors import DataError
 
 T0 = 1_764_500_000.0
 

@@ -3,8 +3,8 @@
 import polars as pl
 import pytest
 
-from data_pipelines.errors import DataError
 from data_pipelines.splits import PositivesRule, applicable_for, compute_split
+from parpo_core.errors import DataError
 
 from .helpers import coat_rows, keys, make_dataset, obd_rows
 

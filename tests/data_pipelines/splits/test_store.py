@@ -6,7 +6,6 @@ import shutil
 import polars as pl
 import pytest
 
-from data_pipelines.errors import DataError
 from data_pipelines.splits import (
     PositivesRule,
     Split,
@@ -18,6 +17,7 @@ from data_pipelines.splits import (
     write_all,
     write_split,
 )
+from parpo_core.errors import DataError, UserError
 
 from .helpers import long_tail_rows, make_dataset
 
@@ -98,7 +98,7 @@ def test_load_split_recomputes_a_damaged_folder(ds):
 
 
 def test_unknown_split_name(ds):
-    with pytest.raises(DataError, match="unknown split 'tmporal'; choose from"):
+    with pytest.raises(UserError, match="unknown split 'tmporal' \\(did you mean 'temporal'\\?\\); known:"):
         write_split(ds, "tmporal")
     with pytest.raises(DataError, match="does not apply"):
         load_split(ds, "native")

@@ -10,8 +10,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.errors import DataError
 from data_pipelines.synth import SynthConfig, Truth, generate, true_interest, truth, write
+from parpo_core.errors import DataError
 
 CFG = SynthConfig(n_users=150, n_items=400, rounds=5, seed=7)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 import parpo.algorithms as A
 
 
@@ -18,17 +16,3 @@ def test_registries_hold_the_documented_names() -> None:
         "seq-mean-token-sum-norm",
         "dr_grpo",
     }
-
-
-def test_register_adds_and_refuses_duplicates() -> None:
-    reg: A.Registry = A.Registry("thing")
-
-    @reg.register("a")
-    def a() -> int:
-        return 1
-
-    assert reg["a"] is a and reg.get("b") is None
-    with pytest.raises(ValueError, match="already registered"):
-        reg.register("a")(a)
-    with pytest.raises(KeyError, match="unknown thing 'b'; known: a"):
-        reg["b"]

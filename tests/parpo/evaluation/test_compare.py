@@ -13,9 +13,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from data_pipelines.errors import UserError
 from parpo.evaluation.compare import compare_policies, paired_differences
 from parpo.evaluation.policy_eval import evaluate_policy
+from parpo_core.errors import UserError
 from tests.parpo.env.conftest import published_reward  # noqa: F401  (shared fixtures)
 from tests.parpo.trainer.conftest import FAST_OVERRIDES
 from tests.reward_models.conftest import tiny_synth  # noqa: F401

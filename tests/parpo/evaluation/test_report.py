@@ -93,7 +93,7 @@ def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synt
 @pytest.mark.integration
 def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F811
     from parpo.evaluation.report import write_report
-    from reward_models.registry import Registry
+    from parpo_core.artefacts import Registry
 
     reg = tmp_path / "REG"
     shutil.copytree(two_policies[0], reg)

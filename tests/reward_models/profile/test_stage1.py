@@ -13,10 +13,10 @@ import torch
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.synth import SynthConfig, Truth, write
+from parpo_core.artefacts import Lineage, Registry, SplitRef
 from reward_models.data import RewardData
 from reward_models.pipeline import cold_profiles, train_weights
 from reward_models.readout import RewardModel
-from reward_models.registry import Lineage, Registry, SplitRef
 from tests.reward_models.conftest import reward_config
 
 STAGE1_FAST = ["split.name=cold_users", "stage1.epochs=2", "stage1.map_epochs=3", "stage1.dim=8"]

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from data_pipelines.adapters import open_source
-from data_pipelines.errors import DataError
 from data_pipelines.ingest import ingest
 from parpo.evaluation.ope.logs import read_logs
+from parpo_core.errors import DataError
 
 CSV = """user_id,item_id,ts,event,value,category,request_id,position,propensity,logging_policy
 u1,a,1600000000,impression,1,shoes,r1,1,0.5,uniform_random

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from data_pipelines.adapters import open_source
-from data_pipelines.errors import DataError
 from data_pipelines.ingest import ingest
 from parpo.evaluation.ope.logs import read_logs
 from parpo.evaluation.ope.policy import logged_requests, position_marginals, sampled_loggers
+from parpo_core.errors import DataError
 
 
 def _decision(rid: str, items: list[str], props: list[float], **kw) -> dict:
