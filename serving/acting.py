@@ -19,6 +19,7 @@ from parpo.env.schema import ACTION_SCHEMA_VERSION, Constraints, Recommend, Requ
 from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.bundle import PolicyBundle
+from parpo_core.records import DecisionRecord, SlateEntry
 from serving.propensity import position_propensities
 from serving.schemas import ActRequest
 
@@ -31,7 +32,7 @@ class Answer:
     """What ``/v1/act`` returns (``response``) and what the decision log stores (``decision``)."""
 
     response: dict[str, Any]
-    decision: dict[str, Any]
+    decision: DecisionRecord
 
 
 @dataclass
@@ -123,12 +124,7 @@ class LoadedModel:
         action = Search(
             category=category, strategy="popularity", constraints=req.constraints or Constraints(), k=r.k
         )
-        allowed = None
-        if r.candidates is not None:
-            allowed = np.zeros(len(c), dtype=bool)
-            rows = c.rows(r.candidates)
-            allowed[rows[rows >= 0]] = True
-        slate = [c.item_ids[i] for i in c.search(action, r.k, allowed)]
+        slate = [c.item_ids[i] for i in c.search(action, r.k, c.candidate_mask(r.candidates))]
         scores = self.bundle.reward_model.score([r.user_id] * len(slate), slate)
         rows = [
             {
@@ -181,25 +177,25 @@ class LoadedModel:
             "fallback": fallback,
             "fallback_reason": reason,
         }
-        decision = {
-            "ts": time.time(),
-            "request_id": r.request_id,
-            "user_id": r.user_id,
-            "request": r.request.model_dump(mode="json"),
-            "context": r.context,
-            "candidates": r.candidates,
-            "k": r.k,
-            "policy_version": self.policy_version,
-            "reward_version": self.bundle.reward_version,
-            "explore": explore,
-            "n_samples": n,
-            "evaluable": evaluable,
-            "fallback": fallback,
-            "plan": signature,
-            "cold_user": cold_user,
-            "slate": [
-                {"item_id": x["item_id"], "position": x["position"], "propensity": x["propensity"]}
+        decision = DecisionRecord(
+            ts=time.time(),
+            request_id=r.request_id,
+            user_id=r.user_id,
+            request=r.request.model_dump(mode="json"),
+            context=r.context,
+            candidates=r.candidates,
+            k=r.k,
+            policy_version=self.policy_version,
+            reward_version=self.bundle.reward_version,
+            explore=explore,
+            n_samples=n,
+            evaluable=evaluable,
+            fallback=fallback,
+            plan=signature,
+            cold_user=cold_user,
+            slate=[
+                SlateEntry(item_id=x["item_id"], position=x["position"], propensity=x["propensity"])
                 for x in rows
             ],
-        }
+        )
         return Answer(response, decision)

@@ -1,6 +1,7 @@
 """The decision log: every slate the server answers, as one record in ``EVENTS/decisions/``.
 
-A record (one JSON line; ``data_pipelines.adapters.parpo_events`` reads this format):
+A record is a ``parpo_core.records.DecisionRecord`` (one JSON line; the ``parpo-events``
+adapter reads it back):
 
     {"kind": "decision", "schema_version": 1, "ts": 1764500000.12, "request_id": "r1",
      "user_id": "u7", "request": {...}, "context": {...} | null, "candidates": [...] | null,
@@ -19,10 +20,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from parpo_core.records import DecisionRecord
 from serving.config import LogConfig
 from serving.segments import SegmentLog, read_records
-
-SCHEMA_VERSION = 1
 
 
 class DecisionLog:
@@ -42,10 +42,10 @@ class DecisionLog:
         if len(self.served) > self.limit:
             self.served.popitem(last=False)
 
-    def record(self, decision: dict[str, Any]) -> None:
+    def record(self, decision: DecisionRecord) -> None:
         """Index ``decision`` and queue it for the next group commit (not awaited)."""
-        self._remember(decision["request_id"], [s["item_id"] for s in decision["slate"]])
-        fut = self.log.append({"kind": "decision", "schema_version": SCHEMA_VERSION, **decision})
+        self._remember(decision.request_id, [s.item_id for s in decision.slate])
+        fut = self.log.append(decision.to_json())
         fut.add_done_callback(_consume)  # a failed fsync is counted by the log; nothing awaits it
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """The event log: user feedback on served slates, one record per accepted event, in ``EVENTS/events/``.
 
-A record (one JSON line; ``data_pipelines.adapters.parpo_events`` reads this format):
+A record is a ``parpo_core.records.EventRecord`` (one JSON line; the ``parpo-events`` adapter
+reads it back):
 
     {"kind": "event", "schema_version": 1, "received": 1764500001.5, "request_id": "r1",
      "position": 1, "event": "click", "item_id": "i3", "user_id": "u7", "ts": 1764500001.2,
@@ -20,14 +21,12 @@ import asyncio
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
+from parpo_core.records import EventRecord
 from serving.config import LogConfig
 from serving.decisions import DecisionLog
 from serving.schemas import Event, EventResult
 from serving.segments import SegmentLog, read_records
-
-SCHEMA_VERSION = 1
 
 
 class EventLog:
@@ -42,7 +41,7 @@ class EventLog:
         for rec in read_records(folder):
             self.seen.add((rec["request_id"], rec["position"], rec["event"]))
             if rec.get("event_id"):
-                self._remember(rec["event_id"], _result(rec, stored=True), None)
+                self._remember(rec["event_id"], _result(EventRecord.model_validate(rec), stored=True), None)
         self.log = SegmentLog(
             folder, commit_interval_ms=cfg.commit_interval_ms, segment_bytes=cfg.segment_bytes
         )
@@ -68,18 +67,16 @@ class EventLog:
             served = self.decisions.served.get(e.request_id)
             logged = served[e.position - 1] if served is not None and e.position <= len(served) else None
             key = (e.request_id, e.position, e.event)
-            rec: dict[str, Any] = {
-                "kind": "event",
-                "schema_version": SCHEMA_VERSION,
-                "received": now,
+            rec = EventRecord(
+                received=now,
                 **e.model_dump(),
-                "logged_item_id": logged,
-                "duplicate": key in self.seen,
-                "unknown_request": served is None,
-                "item_mismatch": e.item_id is not None and logged is not None and e.item_id != logged,
-            }
+                logged_item_id=logged,
+                duplicate=key in self.seen,
+                unknown_request=served is None,
+                item_mismatch=e.item_id is not None and logged is not None and e.item_id != logged,
+            )
             self.seen.add(key)
-            fut = self.log.append(rec)
+            fut = self.log.append(rec.to_json())
             waits.append(fut)
             result = _result(rec, stored=True)
             if e.event_id is not None:
@@ -99,11 +96,11 @@ class EventLog:
         self.log.close()
 
 
-def _result(rec: dict[str, Any], *, stored: bool) -> EventResult:
+def _result(rec: EventRecord, *, stored: bool) -> EventResult:
     return EventResult(
-        event_id=rec.get("event_id"),
+        event_id=rec.event_id,
         stored=stored,
-        duplicate=rec["duplicate"],
-        unknown_request=rec["unknown_request"],
-        item_mismatch=rec["item_mismatch"],
+        duplicate=rec.duplicate,
+        unknown_request=rec.unknown_request,
+        item_mismatch=rec.item_mismatch,
     )

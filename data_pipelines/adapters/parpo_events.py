@@ -33,11 +33,13 @@ from data_pipelines.adapters.base import FileSpec, Source, finish
 from data_pipelines.lines import LINE, TEXT, Dialect
 from data_pipelines.validate import ORD
 from parpo_core.errors import DataError
+from parpo_core.records import RECORD_SCHEMA_VERSION
 
 DIALECT = Dialect(columns=None, separator="\x1f", quote=None)
 SLATE = pl.List(pl.Struct({"item_id": pl.String, "position": pl.Int32, "propensity": pl.Float64}))
 DECISION = pl.Struct(
     {
+        "schema_version": pl.Int64,
         "request_id": pl.String,
         "user_id": pl.String,
         "ts": pl.Float64,
@@ -62,6 +64,7 @@ DECISION = pl.Struct(
 )
 EVENT = pl.Struct(
     {
+        "schema_version": pl.Int64,
         "request_id": pl.String,
         "position": pl.Int32,
         "event": pl.String,
@@ -102,7 +105,26 @@ def _decode(fields: pl.DataFrame, dtype: pl.Struct) -> pl.DataFrame:
                 ),
             ]
         ).sort(LINE)
-    return rec.unnest("__rec")
+    return rec.unnest("__rec").with_columns(_version_check().alias("__why"))
+
+
+def _version_check() -> pl.Expr:
+    """``__why`` for records whose ``schema_version`` this reader does not know (newer, or none)."""
+    v = pl.col("schema_version")
+    return (
+        pl.when(pl.col("__why").is_not_null())
+        .then(pl.col("__why"))
+        .when(v.is_null())
+        .then(pl.lit("record has no schema_version (not a PARPO server record)"))
+        .when(v > RECORD_SCHEMA_VERSION)
+        .then(
+            pl.format(
+                "record schema_version {} is newer than this parpo reads ({}); upgrade parpo",
+                v,
+                pl.lit(RECORD_SCHEMA_VERSION),
+            )
+        )
+    )
 
 
 def _is_record(text: str | None) -> bool:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from parpo.env.observation import Observation
+from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES, Constraints, Filter, Recommend, Search
 
 
@@ -127,7 +128,7 @@ class GreedyRewardAgent:
     recommend the top K in one step, without searching. Falls back to the whole category, then
     the whole catalogue, when nothing meets the request."""
 
-    reward_model: Any
+    reward_model: RewardModel
     name: str = "greedy_reward"
     oracle: bool = True
 

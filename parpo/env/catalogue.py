@@ -120,6 +120,16 @@ class Catalogue:
         """Row of each id; -1 for an id not in the catalogue. [N] int64."""
         return np.array([self.row.get(i, -1) for i in item_ids], dtype=np.int64)
 
+    def candidate_mask(self, item_ids: Sequence[str] | None) -> np.ndarray | None:
+        """[n_items] bool: the catalogue rows of ``item_ids`` (ids not in the catalogue are
+        ignored); None when there is no candidate list (every item is allowed)."""
+        if item_ids is None:
+            return None
+        allowed = np.zeros(len(self), dtype=bool)
+        rows = self.rows(item_ids)
+        allowed[rows[rows >= 0]] = True
+        return allowed
+
     def attribute_hits(self, attributes: Sequence[str]) -> np.ndarray:
         """How many of ``attributes`` each item has; [n_items] int64 (unknown ids never match)."""
         want = np.zeros(len(self.attributes) + 1, dtype=np.int64)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from data_pipelines.metrics import per_user_ranking_metrics
 from parpo.env.catalogue import Catalogue, RequestView
 from parpo.env.config import TASK_COMPONENTS, EnvConfig
 from parpo.env.observation import Call, Observation
+from parpo.env.reward_model import PreferenceModel
 from parpo.env.schema import ActionError, Filter, Recommend, Search, parse_action
 from parpo.env.tasks import Task
 
@@ -37,14 +38,6 @@ COMPONENTS: tuple[str, ...] = (*(f"task/{c}" for c in TASK_COMPONENTS), "prefere
 #: Cached (user, profile, slate) preference rewards; the cache is emptied when it would grow past this.
 CACHE_LIMIT = 200_000
 RawAction = Search | Filter | Recommend | dict[str, Any] | str | bytes
-
-
-class PreferenceModel(Protocol):
-    """What the environment needs of a reward model (``reward_models.readout.RewardModel``)."""
-
-    def preference_reward(
-        self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Any = None
-    ) -> np.ndarray: ...
 
 
 #: ``(user_ids [B], preference [B]) -> preference [B]``: per-user transforms of the preference
@@ -96,11 +89,7 @@ class BatchEnv:
         c = self.catalogue
         self.episodes = []
         for t in tasks:
-            allowed = None
-            if t.candidates is not None:
-                allowed = np.zeros(len(c), dtype=bool)
-                rows = c.rows(t.candidates)
-                allowed[rows[rows >= 0]] = True
+            allowed = c.candidate_mask(t.candidates)
             view = c.request_view(t.request.category, t.request.constraints)
             sat = view.satisfies
             feasible = int((sat & allowed).sum() if allowed is not None else sat.sum())

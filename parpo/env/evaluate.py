@@ -18,6 +18,7 @@ import polars as pl
 
 from parpo.env.baselines import PLANS, Agent, GreedyRewardAgent, PlanAgent, RandomAgent, popularity_agent
 from parpo.env.environment import COMPONENTS, BatchEnv
+from parpo.env.episodes import step_until_done
 from parpo.env.tasks import Task
 
 METRICS: tuple[str, ...] = ("hit@10", "ndcg@10", "task_quality", "preference", "true_preference")
@@ -28,34 +29,24 @@ def run_episodes(env: BatchEnv, agent: Agent, tasks: Sequence[Task], batch_size:
     rows: list[dict[str, Any]] = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start : start + batch_size]
-        obs = env.reset(chunk)
         result: list[dict[str, Any] | None] = [None] * len(chunk)
-        active = list(range(len(chunk)))
-        while active:
-            actions = agent.act([obs[i] for i in active])
-            full: list[Any] = [None] * len(chunk)
-            for i, a in zip(active, actions, strict=True):
-                full[i] = a
-            obs, rewards, term, trunc, infos = env.step(full)
-            for i in active:
-                if term[i] or trunc[i]:
-                    t = chunk[i]
-                    info = infos[i]
-                    result[i] = {
-                        "task_id": t.task_id,
-                        "user_id": t.user_id,
-                        "target": t.target,
-                        "cold": t.cold,
-                        "terminated": bool(term[i]),
-                        "truncated": bool(trunc[i]),
-                        "steps": info["steps"],
-                        "plan": info["plan"],
-                        "slate": info["slate"],
-                        **{m: info[m] for m in METRICS if m in info},
-                        "preference": float(rewards["preference"][i]),
-                        **{k: float(rewards[k][i]) for k in COMPONENTS if k != "preference"},
-                    }
-            active = [i for i in active if result[i] is None]
+        for step in step_until_done(env, chunk, agent.act):
+            for i in step.active[step.ended].tolist():
+                t, info = chunk[i], step.infos[i]
+                result[i] = {
+                    "task_id": t.task_id,
+                    "user_id": t.user_id,
+                    "target": t.target,
+                    "cold": t.cold,
+                    "terminated": bool(step.terminated[i]),
+                    "truncated": bool(step.truncated[i]),
+                    "steps": info["steps"],
+                    "plan": info["plan"],
+                    "slate": info["slate"],
+                    **{m: info[m] for m in METRICS if m in info},
+                    "preference": float(step.rewards["preference"][i]),
+                    **{k: float(step.rewards[k][i]) for k in COMPONENTS if k != "preference"},
+                }
         rows.extend(r for r in result if r is not None)
     return pl.DataFrame(rows, schema_overrides={"slate": pl.List(pl.String)})
 

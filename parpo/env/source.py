@@ -20,6 +20,7 @@ from data_pipelines.splits import PositivesRule, Split, load_split
 from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
 from parpo.env.environment import BatchEnv, PreferenceTransform
+from parpo.env.reward_model import RewardModel
 from parpo.env.tasks import Task, make_tasks
 from parpo_core.errors import DataError
 
@@ -29,7 +30,7 @@ class EnvSource:
     dataset: Dataset
     split: Split
     catalogue: Catalogue
-    reward_model: Any  # reward_models.readout.RewardModel (torch is imported only when loading)
+    reward_model: RewardModel  # reward_models.readout.RewardModel (torch is imported only when loading)
     reward_version: str
     cfg: EnvConfig
     truth: Any = None  # data_pipelines.synth.Truth on synthetic data

@@ -42,6 +42,8 @@ class ActOutput:
 class Policy(Protocol):
     """What the trainer, the evaluator and the server need of a policy backend."""
 
+    #: The backend's name in ``POLICY_BACKENDS`` (written to a version's metadata as ``backend``).
+    kind: str
     temperature: float
 
     def act(

@@ -29,10 +29,12 @@ from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
 from parpo.env.environment import BatchEnv
 from parpo.env.evaluate import run_episodes
+from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Request
 from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
-from parpo.policy.native import NativePolicy
+from parpo.policy.backends import policy_class
+from parpo.policy.base import Policy
 
 CATALOGUE = "catalogue.parquet"
 ANCHORS = "anchors.parquet"
@@ -50,8 +52,8 @@ class _NoReward:
 
 @dataclass
 class PolicyBundle:
-    policy: NativePolicy
-    reward_model: Any  # reward_models.readout.RewardModel
+    policy: Policy
+    reward_model: RewardModel
     catalogue: Catalogue
     version: Any  # parpo_core.artefacts.Version
     reward_version: str
@@ -72,7 +74,7 @@ class PolicyBundle:
         rv = reg.open(REWARD, v.lineage.reward)
         rm = RewardModel.load(rv.path, verify=False)  # just verified by open()
         catalogue = Catalogue.read(v.file(CATALOGUE))
-        policy = NativePolicy.load(v.path / POLICY_DIR, rm, catalogue)
+        policy = policy_class(v.metadata).load(v.path / POLICY_DIR, rm, catalogue)
         env = EnvConfig.model_validate((v.config or {}).get("env", {}))
         return cls(policy, rm, catalogue, v, rv.name, env)
 

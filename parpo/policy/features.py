@@ -13,7 +13,6 @@ catalogue features, ``cand_mask`` [B, N] bool, ``tool_mask`` [B, 3] bool, ``scop
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +20,7 @@ from torch import Tensor
 
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
+from parpo.env.reward_model import RewardModel
 from parpo.policy.tokens import choice_masks, history_codes
 
 N_REQUEST = 5
@@ -30,7 +30,9 @@ HISTORY = 8
 class Featurizer:
     """Encodes observations; warm users' vectors are cached (they never change for a reward version)."""
 
-    def __init__(self, reward_model: Any, catalogue: Catalogue, max_candidates: int, max_k: int) -> None:
+    def __init__(
+        self, reward_model: RewardModel, catalogue: Catalogue, max_candidates: int, max_k: int
+    ) -> None:
         self.reward_model, self.catalogue = reward_model, catalogue
         self.max_candidates, self.max_k = max_candidates, max_k
         self._users: dict[tuple[str, tuple[str, ...] | None], np.ndarray] = {}

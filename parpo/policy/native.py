@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
+from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
@@ -214,7 +215,7 @@ class NativePolicy:
 
     @classmethod
     def create(
-        cls, cfg: NativePolicyConfig, reward_model: Any, catalogue: Catalogue, search_k: int
+        cls, cfg: NativePolicyConfig, reward_model: RewardModel, catalogue: Catalogue, search_k: int
     ) -> NativePolicy:
         feat = Featurizer(reward_model, catalogue, cfg.max_candidates, cfg.max_k)
         return cls(NativeNet(cfg, feat.user_dim, len(catalogue)), feat, search_k)
@@ -281,7 +282,7 @@ class NativePolicy:
         (d / META).write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path, reward_model: Any, catalogue: Catalogue) -> NativePolicy:
+    def load(cls, directory: str | Path, reward_model: RewardModel, catalogue: Catalogue) -> NativePolicy:
         from safetensors.torch import load_file
 
         d = Path(directory)

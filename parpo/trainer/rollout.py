@@ -17,8 +17,9 @@ import torch
 from torch import Tensor
 
 from parpo.env.environment import BatchEnv
+from parpo.env.episodes import step_until_done
 from parpo.env.tasks import Task
-from parpo.policy.base import Policy
+from parpo.policy.base import ActOutput, Policy
 
 
 @dataclass
@@ -58,24 +59,22 @@ def collect(
     """Run ``group_size`` episodes of every task to the end (recommend or step limit)."""
     episodes = [t for t in tasks for _ in range(group_size)]
     n = len(episodes)
-    obs = env.reset(episodes)
     rewards: dict[str, np.ndarray] = {}
     infos: list[dict[str, Any]] = [{} for _ in range(n)]
     parts: list[tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor]] = []
-    active = np.arange(n)
-    while active.size:
-        out = policy.act([obs[i] for i in active], generator=generator)
-        full: list[Any] = [None] * n
-        for i, a in zip(active.tolist(), out.actions, strict=True):
-            full[i] = a
-        obs, step_rewards, term, trunc, step_infos = env.step(full)
-        for k, v in step_rewards.items():
+    outs: list[ActOutput] = []
+
+    def act(observations: list[Any]) -> list[Any]:
+        outs.append(policy.act(observations, generator=generator))
+        return outs[-1].actions
+
+    for step in step_until_done(env, episodes, act):
+        for k, v in step.rewards.items():
             rewards[k] = rewards.get(k, np.zeros(n)) + v
-        ended = term | trunc
-        for i in np.nonzero(ended[active])[0].tolist():
-            infos[active[i]] = step_infos[active[i]]
-        parts.append((out.inputs, out.tokens, out.logprobs, out.mask, torch.from_numpy(active.copy())))
-        active = active[~ended[active]]
+        for i in step.active[step.ended].tolist():
+            infos[i] = step.infos[i]
+        out = outs[-1]
+        parts.append((out.inputs, out.tokens, out.logprobs, out.mask, torch.from_numpy(step.active.copy())))
     inputs = {k: torch.cat([p[0][k] for p in parts]) for k in parts[0][0]}
     return Rollouts(
         inputs=inputs,

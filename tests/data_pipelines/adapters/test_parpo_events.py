@@ -128,3 +128,37 @@ def test_a_retry_supersedes_the_first_decision_and_client_impressions_are_not_dr
     rejects = pl.read_parquet(tmp_path / "ds" / summary["ingests"][-1]["rejects"])
     (line,) = rejects.filter(pl.col("reason").str.starts_with("superseded by a later decision"))["line"]
     assert line == 1  # the first decision's line, quarantined with its reason
+
+
+def test_records_newer_than_the_reader_are_quarantined_naming_the_version(tmp_path):
+    logs = tmp_path / "events"
+    _write(logs / "decisions", [
+        _decision("r1", "u1", ["a"], [0.5], new_optional_field="ignored"),  # same version, extra field
+        _decision("r2", "u2", ["b"], [0.5], schema_version=2),
+    ])  # fmt: skip
+    _write(logs / "events", [
+        _event("r1", 1, "click", logged_item_id="a"),
+        _event("r2", 1, "click", logged_item_id="b", schema_version=2),
+        {k: v for k, v in _event("r1", 1, "buy", logged_item_id="a").items() if k != "schema_version"},
+    ])  # fmt: skip
+    summary = ingest(open_source("parpo-events", logs), tmp_path / "ds")
+    df = Dataset(tmp_path / "ds").interactions().collect()
+    assert sorted(df.select("request_id", "event").rows()) == [("r1", "click"), ("r1", "impression")]
+    reasons = sorted(
+        r["reason"]
+        for i in summary["ingests"]
+        for r in pl.read_parquet(tmp_path / "ds" / i["rejects"]).to_dicts()
+    )
+    assert reasons == [
+        "record has no schema_version (not a PARPO server record)",
+        "record schema_version 2 is newer than this parpo reads (1); upgrade parpo",
+        "record schema_version 2 is newer than this parpo reads (1); upgrade parpo",
+    ]
+
+
+def test_the_adapter_reads_only_fields_the_record_models_define():
+    from data_pipelines.adapters.parpo_events import DECISION, EVENT
+    from parpo_core.records import DecisionRecord, EventRecord
+
+    for struct, model in ((DECISION, DecisionRecord), (EVENT, EventRecord)):
+        assert {f.name for f in struct.fields} <= set(model.model_fields)

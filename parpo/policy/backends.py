@@ -1,0 +1,39 @@
+"""``POLICY_BACKENDS``: policy backend name -> its class, as written in a policy version's
+``metadata.json`` (``backend``; metadata without it is a ``native`` policy).
+
+Each entry is a loader that imports the class on demand, so listing backends or reading
+metadata never imports torch. A new backend (an LLM agent, say) adds one entry:
+
+```python
+@POLICY_BACKENDS.register("llm")
+def _llm() -> type[Policy]:
+    from parpo.policy.llm import LLMPolicy
+    return LLMPolicy
+```
+
+Its class implements ``parpo.policy.base.Policy`` plus
+``load(directory, reward_model, catalogue)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from parpo_core.names import NameRegistry
+
+DEFAULT_BACKEND = "native"
+
+POLICY_BACKENDS: NameRegistry[Callable[[], type]] = NameRegistry("policy backend")
+
+
+@POLICY_BACKENDS.register("native")
+def _native() -> type:
+    from parpo.policy.native import NativePolicy
+
+    return NativePolicy
+
+
+def policy_class(metadata: Mapping[str, Any]) -> type:
+    """The class of the backend a policy version's ``metadata`` names (default ``native``)."""
+    return POLICY_BACKENDS[metadata.get("backend") or DEFAULT_BACKEND]()
