@@ -111,7 +111,7 @@ class Dataset:
 
     def next_seq(self) -> pl.DataFrame:
         """Per seq key (user, or request for anonymous rows): the next free ``seq``."""
-        from data_pipelines.ingest import SEQ_KEY
+        from data_pipelines.schema import SEQ_KEY
 
         return self.interactions().group_by(SEQ_KEY).agg((pl.col("seq").max() + 1).alias("__base")).collect()
 

@@ -35,6 +35,7 @@ from data_pipelines.schema import (
     OBSERVATION_PROPENSITIES,
     REJECTS,
     SCHEMA_VERSION,
+    SEQ_KEY,
     USERS,
     to_arrow,
 )
@@ -46,9 +47,6 @@ from parpo_core.errors import DataError
 BUCKET_BYTES = 96 << 20  # input bytes per seq bucket: bounds pass-2 memory
 DUPLICATE = "exact duplicate of an earlier record"
 APPENDABLE_SOURCES = {"parpo-events"}  # may be appended to a dataset of another source
-
-#: The key that orders ``seq``: the user, or the request for anonymous rows.
-SEQ_KEY = pl.coalesce(pl.col("user_id"), pl.lit("\x00request:") + pl.col("request_id")).alias("__key")
 
 
 def write_parquet(df: pl.DataFrame, path: Path, schema) -> str:

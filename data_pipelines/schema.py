@@ -140,3 +140,7 @@ def features_expr(columns: list[str], names: list[str] | None = None) -> pl.Expr
         for c, n in zip(columns, names, strict=True)
     ]
     return pl.concat_list(entries).list.drop_nulls()
+
+
+#: The key that orders ``seq``: the user, or the request for anonymous rows.
+SEQ_KEY = pl.coalesce(pl.col("user_id"), pl.lit("\x00request:") + pl.col("request_id")).alias("__key")

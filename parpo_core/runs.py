@@ -32,3 +32,8 @@ def resolve_run_dir(kind: str, run_dir: str | Path | None = None) -> Path:
     run = Path(run_dir or default_run_dir(kind))
     os.environ[env] = str(run.resolve())
     return run
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is the first rank of the first node (the one that prints and publishes)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"

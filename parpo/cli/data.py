@@ -12,8 +12,6 @@ app = typer.Typer(
     help="Ingest interaction logs into canonical datasets; synthesise data; cut splits.", no_args_is_help=True
 )
 
-SOURCES = ["taobao", "amazon-s3rec", "movielens", "coat", "obd", "canonical"]
-
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", help="Preset name under configs/data/ or a YAML file.")
 ]
@@ -56,7 +54,15 @@ def _write_splits(out: Path, cfg) -> None:
 
 @app.command()
 def ingest(
-    source: Annotated[str, typer.Option("--source", "-s", help=f"Input format: {', '.join(SOURCES)}.")],
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            "-s",
+            help="Input format: a registered source adapter (taobao, amazon-s3rec, movielens, coat, obd, "
+            "parpo-events, canonical; README has the table); a wrong name lists them.",
+        ),
+    ],
     input: Annotated[Path, typer.Option("--input", "-i", help="The file or folder as it lies on disk.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder (created, or appended to).")],
     map: Annotated[

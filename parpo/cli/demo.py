@@ -1,32 +1,18 @@
 """``parpo demo``: the main job end to end on the embedded synthetic default.
 
-Synthesise a log with known interest/conformity, ingest it (with validation, id
-maps and splits), print the summary, train a DICE reward model on the
-``intervened`` split and publish it to ``RUN/registry``, train a PARPO policy
-against it (published there too), evaluate the policy on held-out warm and
-cold tasks next to the reference agents, serve it to simulated users (clicks
-from the synthetic world's true interest), estimate greedy serving off-policy
-from those logs, and write the offline report. Each run writes into a fresh folder,
-printed first, so re-running never mixes with an earlier run. Overrides starting
-with ``reward.`` go to the reward config (``parpo demo reward.train.epochs=5``),
-``policy.`` to the policy config (``policy.train.updates=10``); the others to
-the data config.
+Parses the options, runs ``parpo.api.demo.demo_steps`` and renders each step as it comes.
+Overrides starting with ``reward.`` go to the reward config (``parpo demo
+reward.train.epochs=5``), ``policy.`` to the policy config (``policy.train.updates=10``);
+the others to the data config. Each run writes into a fresh folder, printed first, so
+re-running never mixes with an earlier run.
 """
 
 from __future__ import annotations
 
-import secrets
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-
-#: The demo's policy schedule: a quarter of the `default` preset's rollouts (60 updates x 128
-#: tasks), so that its policy training stays within a few minutes on 2 cores.
-DEMO_POLICY = ["train.updates=30", "train.tasks_per_update=64"]
-#: Requests the demo serves (sampled, so that their logs can evaluate other policies off-policy).
-DEMO_REQUESTS = 200
 
 
 def demo(
@@ -42,156 +28,75 @@ def demo(
 ) -> None:
     """Run PARPO end to end on synthetic data: synthesise, train a reward model and a policy,
     evaluate, serve, estimate off-policy from the served logs, report."""
+    from data_pipelines.data_config import DataConfig
+    from parpo.api.demo import DEMO_POLICY, STEPS, Result, demo_steps
     from parpo.cli.console import console
+    from parpo.cli.policy import load_config as policy_config
+    from parpo.cli.reward import load_config as reward_config
+    from parpo.presets import load
     from parpo_core.errors import UserError
+    from parpo_core.runs import default_run_dir
 
-    run = out or Path("runs") / f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    run = out or default_run_dir("demo")
     if run.exists() and any(run.iterdir()):
         raise UserError(f"{run} already exists and is not empty; the demo writes into a fresh folder")
     console.print(f"[bold]demo run folder:[/] {run.resolve()}")
-
-    from data_pipelines import synth as gen
-    from parpo.cli.console import summary_table
-    from parpo.cli.data import _config, _write_splits
-    from parpo.presets import write_resolved
-
-    data_over = [o for o in overrides or [] if not o.startswith(("reward.", "policy."))]
-    reward_over = [o.removeprefix("reward.") for o in overrides or [] if o.startswith("reward.")]
-    policy_over = [o.removeprefix("policy.") for o in overrides or [] if o.startswith("policy.")]
-    cfg = _config(config, data_over)
-    data = run / "data"
-    console.print(f"1/8 synthesise {cfg.synth.n_users:,} users x {cfg.synth.n_items:,} items -> {data}")
-    summary = gen.write(cfg.synth, data, splits=False)
-    write_resolved(cfg, run / "config.yaml")
-    console.print("2/8 splits and summary")
-    _write_splits(data, cfg)
-    console.print(summary_table(summary))
-    console.print(f"dataset {data} (fingerprint {summary['fingerprint'][:12]})")
-
-    from parpo.cli.reward import load_config, run_training
-
-    rcfg = load_config("dice", None, ["train.progress_bar=false", *reward_over])
-    rcfg = rcfg.model_copy(
-        update={
-            "split": rcfg.split.model_copy(update={"seed": cfg.split.seed, "positives": cfg.split.positives}),
-            "runtime": rcfg.runtime.model_copy(update={"seed": cfg.runtime.seed}),
-        }
+    over = overrides or []
+    cfg = load(
+        DataConfig, "data", config or "default", [o for o in over if not o.startswith(("reward.", "policy."))]
     )
-    console.print(f"3/8 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
-    outcome = run_training(rcfg, data, run / "registry", run / "reward", None, label="dice")
-    if outcome is None:  # a DDP rank other than 0
-        return
-
-    from parpo.cli.policy import load_config as policy_config
-    from parpo.evaluation.policy_eval import evaluate_policy
-    from parpo.trainer.pipeline import train_and_publish
-
-    pcfg = policy_config("default", None, None, ["train.progress_bar=true", *DEMO_POLICY, *policy_over])
-    t = pcfg.train
-    console.print(
-        f"4/8 train a policy with {pcfg.advantage.estimator} ({t.updates} updates x {t.tasks_per_update} tasks x "
-        f"G = {t.group_size}) -> {run / 'registry'}"
-    )
-    trained = train_and_publish(pcfg, data, run / "registry", run_dir=run / "policy", preset="default")
-    if trained is None:
-        return
-    write_resolved(pcfg, run / "policy" / "config.yaml")
-    console.print("5/8 evaluate the policy on held-out tasks (greedy) next to the reference agents")
-    path, result = evaluate_policy(run / "registry", data, trained.version.name)
-    from parpo.cli.policy import print_eval
-
-    print_eval(result, path)
-    console.print(
-        f"6/8 serve the policy on 127.0.0.1 to {DEMO_REQUESTS} simulated requests (clicks from the true "
-        "interest), stop the server"
-    )
-    _serve(run, data, DEMO_REQUESTS)
-    console.print("7/8 ingest the served logs (--source parpo-events) and estimate greedy serving off-policy")
-    _off_policy(run, trained.version.name)
-    from parpo.evaluation.report import write_report
-
-    console.print("8/8 write the offline report (HTML with figures, markdown summary)")
-    html, md = write_report(run / "registry", run / "report", [trained.version.name])
-    console.print(f"report: {html} (summary {md})")
-    console.print(
-        f"[green]done[/]: dataset {data}; reward model {outcome.version.label} and policy "
-        f"{trained.version.label} in {run / 'registry'}; served logs in {run / 'events'}, off-policy estimate and report in {run / 'report'}"
-    )
+    rcfg = reward_config("dice", None, [
+        "train.progress_bar=false", *(o.removeprefix("reward.") for o in over if o.startswith("reward.")),
+        f"split.seed={cfg.split.seed}", f"runtime.seed={cfg.runtime.seed}",
+    ])  # fmt: skip
+    rcfg = rcfg.model_copy(update={"split": rcfg.split.model_copy(update={"positives": cfg.split.positives})})
+    pcfg = policy_config("default", None, None, [
+        "train.progress_bar=true", *DEMO_POLICY, *(o.removeprefix("policy.") for o in over if o.startswith("policy.")),
+    ])  # fmt: skip
+    for event in demo_steps(run, cfg, rcfg, pcfg):
+        if isinstance(event, Result):
+            _render(event.number, event.value, run)
+        else:
+            console.print(f"{event.number}/{STEPS} {event.title}")
 
 
-def _serve(run: Path, data: Path, n_requests: int, timeout_s: float = 300.0) -> None:
-    """Start the server in a thread (port chosen by the OS), wait until ready, print a curl
-    command and its answer, send ``n_requests`` sampled requests of random warm users (8 at a
-    time: the server micro-batches them), post a click for each slate item a simulated user
-    clicks, P = sigmoid(true interest - 1) / sqrt(position), then stop the server the graceful
-    way (as on SIGTERM: drain, flush the logs)."""
+def _render(step: int, value: Any, run: Path) -> None:
+    """Print step ``step``'s result (see ``demo_steps`` for what each step returns)."""
     import json
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
 
-    import httpx
-    import numpy as np
-    import uvicorn
+    from parpo.cli.console import console, summary_table
+    from parpo.cli.eval import print_served
+    from parpo.cli.policy import print_eval
+    from parpo.cli.reward import print_outcome
 
-    from data_pipelines.dataset import Dataset
-    from data_pipelines.synth import Truth
-    from parpo.cli.console import console
-    from parpo_core.errors import UserError
-    from serving.app import create_app
-    from serving.config import ServeConfig
-
-    truth = Truth(data)
-    users = Dataset(data).interactions().select("user_id").drop_nulls().unique().sort("user_id").collect()
-    rng = np.random.default_rng(0)
-    picks = rng.choice(users.to_series().to_list(), size=n_requests)
-    app = create_app(run / "registry", events=run / "events", cfg=ServeConfig(poll_s=0))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not (server.started and server.servers):
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise UserError("the demo server did not start")
-            time.sleep(0.05)
-        base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        while httpx.get(f"{base}/readyz").status_code != 200:
-            if time.monotonic() > deadline:
-                raise UserError("the demo server did not become ready")
-            time.sleep(0.1)
-        bodies = [{"request_id": f"demo-{i + 1}", "user_id": str(u), "k": 5} for i, u in enumerate(picks)]
+    if step == 1:
+        console.print(summary_table(value))
+        console.print(f"dataset {run / 'data'} (fingerprint {value['fingerprint'][:12]})")
+    elif step == 2 and value:
+        console.print(f"splits: {', '.join(sorted(value))}")
+    elif step == 3 and value is not None:
+        print_outcome(value)
+    elif step == 4 and value is not None:
+        console.print(f"published {value.version.label}")
+    elif step == 5:
+        print_eval(value[1], value[0])
+    elif step == 6:
         console.print(
-            f"curl -s {base}/v1/act -H 'content-type: application/json' -d '{json.dumps(bodies[0])}'"
+            f"curl -s {value.base_url}/v1/act -H 'content-type: application/json' -d '{json.dumps(value.first_request)}'"
         )
-        with httpx.Client(base_url=base, timeout=120) as client, ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda b: client.post("/v1/act", json=b).json(), bodies))
-            first = [(s["item_id"], round(s["propensity"], 3)) for s in answers[0].get("slate", [])]
-            console.print(f"policy {answers[0].get('policy_version')} answered: {first}")
-            shown = [(a["request_id"], b["user_id"], s) for a, b in zip(answers, bodies, strict=True)
-                     for s in a.get("slate", [])]  # fmt: skip
-            interest = truth.interest([u for _, u, _ in shown], [s["item_id"] for _, _, s in shown])
-            p = 1.0 / (1.0 + np.exp(1.0 - interest)) / np.sqrt([s["position"] for _, _, s in shown])
-            clicks = [
-                {"request_id": rid, "position": s["position"], "event": "click"}
-                for (rid, _, s), hit in zip(shown, rng.random(len(shown)) < p, strict=True)
-                if hit
-            ]
-            for c in clicks:
-                client.post("/v1/events", json=c).raise_for_status()
+        first = value.traffic.answers[0] if value.traffic.answers else {}
+        slate = [(s["item_id"], round(s["propensity"], 3)) for s in first.get("slate", [])]
+        console.print(f"policy {first.get('policy_version')} answered: {slate}")
+        t = value.traffic
         console.print(
-            f"{len(answers)} decisions, {len(shown)} impressions, {len(clicks)} clicks logged in {run / 'events'}"
+            f"{len(t.answers)} decisions, {t.impressions} impressions, {t.clicks} clicks logged in {value.events}"
         )
-    finally:
-        server.should_exit = True
-        thread.join()
-
-
-def _off_policy(run: Path, version: str) -> None:
-    """Ingest the served logs and estimate the served version acting greedily from them."""
-    from data_pipelines.adapters import open_source
-    from data_pipelines.ingest import ingest
-    from parpo.cli.eval import ope_version
-
-    ingest(open_source("parpo-events", run / "events"), run / "served")
-    ope_version(run / "served", version, run / "registry", explore=0.0)
+    elif step == 7:
+        print_served(*value)
+    elif step == 8:
+        html, md = value
+        console.print(f"report: {html} (summary {md})")
+        console.print(
+            f"[green]done[/]: dataset {run / 'data'}; reward model and policy in {run / 'registry'}; served logs "
+            f"in {run / 'events'}, off-policy estimate and report in {run / 'report'}"
+        )

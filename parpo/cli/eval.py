@@ -129,10 +129,10 @@ def ope_version(
                 json.dumps({**row, "policy_version": result["policy_version"], "overlap": result["overlap"]})
             )
         return
-    _print_served(result, path)
+    print_served(result, path)
 
 
-def _print_served(result: dict[str, Any], path: Path) -> None:
+def print_served(result: dict[str, Any], path: Path) -> None:
     """The estimates of ``parpo.evaluation.ope.policy.evaluate_served`` as a table, the overlap
     diagnostics and where they were recorded."""
     from rich.table import Table

@@ -12,14 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
-from parpo.cli.reward import _is_rank_zero
+from parpo_core.runs import is_rank_zero
 
 app = typer.Typer(
     help="Train, evaluate and run agent policies (tool calls + a personal slate) against a reward model.",
     no_args_is_help=True,
 )
-
-ALGOS = ("parpo", "gdpo", "grpo", "dr_grpo", "rloo")
 
 Overrides = Annotated[
     list[str] | None,
@@ -31,28 +29,17 @@ Overrides = Annotated[
 
 def load_config(config: str, algo: str | None, group_size: int | None, overrides: list[str] | None):
     """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides)."""
+    from parpo.algorithms import ADVANTAGES
     from parpo.presets import load
     from parpo.trainer.config import PolicyTrainConfig
-    from parpo_core.errors import UserError
 
     extra = []
     if algo is not None:
-        if algo not in ALGOS:
-            raise UserError(f"--algo {algo!r}: choose one of {', '.join(ALGOS)}")
+        ADVANTAGES[algo]  # an unknown name is one error line naming the closest
         extra.append(f"advantage.estimator={algo}")
-        if algo == "dr_grpo":  # Dr. GRPO also drops the per-length normalisation of the loss
-            extra.append("loss.aggregation=dr_grpo")
     if group_size is not None:
         extra.append(f"train.group_size={group_size}")
-    cfg = load(PolicyTrainConfig, "policy", config, [*(overrides or []), *extra])
-    if cfg.loss.aggregation == "dr_grpo" and cfg.loss.norm_len is None:
-        from parpo.policy.tokens import HEAD
-
-        # The generation budget of one step: every decision slot plus a full slate of pointers.
-        cfg = cfg.model_copy(
-            update={"loss": cfg.loss.model_copy(update={"norm_len": HEAD + cfg.policy.max_k})}
-        )
-    return cfg
+    return load(PolicyTrainConfig, "policy", config, [*(overrides or []), *extra])
 
 
 def _line(section: dict[str, Any]) -> str:
@@ -74,7 +61,10 @@ def train(
     algo: Annotated[
         str | None,
         typer.Option(
-            "--algo", "-a", help=f"Advantage estimator: {', '.join(ALGOS)} (default: the config's, parpo)."
+            "--algo",
+            "-a",
+            help="Advantage estimator by its registered name (default: the config's, parpo); "
+            "a wrong name lists the known ones.",
         ),
     ] = None,
     group_size: Annotated[
@@ -101,7 +91,7 @@ def train(
     outcome = train_and_publish(
         cfg, data, registry, reward_version=reward_version, run_dir=out, resume=resume, preset=config
     )
-    if outcome is None or not _is_rank_zero():
+    if outcome is None or not is_rank_zero():
         return
     write_resolved(cfg, outcome.run_dir / "config.yaml")
     s = outcome.summary

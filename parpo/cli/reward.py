@@ -6,11 +6,12 @@ Heavy imports (torch, Lightning, polars) happen inside the commands.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from parpo_core.runs import is_rank_zero
 
 app = typer.Typer(
     help="Train and evaluate preference-disentangled reward models; publish them to a registry.",
@@ -23,10 +24,6 @@ Overrides = Annotated[
         help="Dotted overrides, e.g. model.dim=32 train.epochs=50 runtime.devices=2.", show_default=False
     ),
 ]
-
-
-def _is_rank_zero() -> bool:
-    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def _metric_line(section: dict[str, Any], keys=("ndcg@10", "recall@10", "hit@10", "mrr@10")) -> str:
@@ -45,32 +42,39 @@ def run_training(
     cfg, data: Path, registry: Path, out: Path | None, resume: Path | None, label: str, quiet: bool = False
 ):
     """Train + evaluate + publish (rank 0 prints); returns the outcome or None on other ranks."""
-    from parpo.cli.console import console
     from parpo.presets import write_resolved
     from reward_models.pipeline import train_and_publish
 
-    rank0 = _is_rank_zero()
+    rank0 = is_rank_zero()
     outcome = train_and_publish(cfg, data, registry, out, resume=resume, label=label)
     if outcome is None or not rank0:
         return None
     write_resolved(cfg, outcome.run_dir / "config.yaml")
     if not quiet:
-        m = outcome.metrics
-        console.print(f"valid: {_metric_line(m.get('valid', {}))}")
-        console.print(f"test:  {_metric_line(m.get('test', {}))}")
-        base = m.get("baselines", {}).get("mostpop", {}).get("test", {})
-        if base:
-            console.print(f"test (MostPop): {_metric_line(base)}")
-        syn = m.get("synthetic", {})
-        if syn:
-            keys = ("interest_spearman", "conformity_spearman", "uniform.ndcg@10")
-            console.print("synthetic: " + "  ".join(f"{k} {syn[k]:.4f}" for k in keys if k in syn))
-        t = outcome.training
-        console.print(
-            f"trained {t['epochs']} epochs ({t['steps']} steps, best epoch {t['best_epoch']}), "
-            f"{t['train_triples_per_s']:,.0f} triples/s; run folder {outcome.run_dir}"
-        )
+        print_outcome(outcome)
     return outcome
+
+
+def print_outcome(outcome: Any) -> None:
+    """Valid/test metrics, MostPop's, the synthetic truth's and the training summary of a
+    ``reward_models.pipeline.TrainOutcome``."""
+    from parpo.cli.console import console
+
+    m = outcome.metrics
+    console.print(f"valid: {_metric_line(m.get('valid', {}))}")
+    console.print(f"test:  {_metric_line(m.get('test', {}))}")
+    base = m.get("baselines", {}).get("mostpop", {}).get("test", {})
+    if base:
+        console.print(f"test (MostPop): {_metric_line(base)}")
+    syn = m.get("synthetic", {})
+    if syn:
+        keys = ("interest_spearman", "conformity_spearman", "uniform.ndcg@10")
+        console.print("synthetic: " + "  ".join(f"{k} {syn[k]:.4f}" for k in keys if k in syn))
+    t = outcome.training
+    console.print(
+        f"trained {t['epochs']} epochs ({t['steps']} steps, best epoch {t['best_epoch']}), "
+        f"{t['train_triples_per_s']:,.0f} triples/s; run folder {outcome.run_dir}"
+    )
 
 
 @app.command()

@@ -1,9 +1,8 @@
-"""``parpo serve``: the online inference endpoint (``serving/``) under uvicorn.
+"""``parpo serve``: the online inference endpoint (``serving/``) under uvicorn
+(``serving.runner.serve_forever``; SIGTERM drains and flushes the logs).
 
 One process with async request handling; scale out with replicas behind a load balancer,
-each following the registry's ``production`` pointer (docs/serving.md). uvicorn handles
-SIGTERM: it stops accepting connections, finishes the in-flight requests, and the app then
-answers what is queued and fsyncs both logs before the process exits.
+each following the registry's ``production`` pointer (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -37,18 +36,14 @@ def serve(
     ] = None,
 ) -> None:
     """Serve a trained policy over HTTP: /v1/act, /v1/events, /v1/models, /metrics."""
-    import logging
-
-    import uvicorn
-
     from parpo.presets import load
     from parpo_core.artefacts import Registry
     from serving.app import create_app
     from serving.config import ServeConfig
+    from serving.runner import serve_forever
 
     cfg = load(ServeConfig, "serve", config, overrides)
     Registry(registry).resolve("policy", policy)  # a wrong registry or version is one error line, now
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app = create_app(registry, policy=policy, events=events, cfg=cfg)
     typer.echo(f"serving {registry} policy {policy} on http://{host}:{port} (logs in {events})")
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=30)
+    serve_forever(app, host, port)

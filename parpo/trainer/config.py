@@ -4,6 +4,8 @@ and the training loop. ``parpo policy train --algo gdpo --group-size 2`` and dot
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
@@ -38,6 +40,28 @@ class PolicyTrainConfig(StrictModel):
     loss: LossConfig = LossConfig()
     optim: OptimConfig = OptimConfig(lr=3e-3, weight_decay=0.0)
     train: TrainLoopConfig = TrainLoopConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dr_grpo_loss(cls, data: Any) -> Any:
+        """Dr. GRPO is an estimator *and* a loss aggregation (no per-length normalisation): naming
+        the estimator (in YAML, an override or ``--algo``) selects the aggregation too, unless the
+        config sets one explicitly."""
+        if isinstance(data, dict) and (data.get("advantage") or {}).get("estimator") == "dr_grpo":
+            loss = dict(data.get("loss") or {})
+            loss.setdefault("aggregation", "dr_grpo")
+            data = {**data, "loss": loss}
+        return data
+
+    @model_validator(mode="after")
+    def _dr_grpo_norm_len(self) -> PolicyTrainConfig:
+        if self.loss.aggregation == "dr_grpo" and self.loss.norm_len is None:
+            from parpo.policy.tokens import HEAD
+
+            # The generation budget of one step: every decision slot plus a full slate of pointers.
+            loss = self.loss.model_copy(update={"norm_len": HEAD + self.policy.max_k})
+            object.__setattr__(self, "loss", loss)  # frozen: set once, during validation
+        return self
 
     @model_validator(mode="after")
     def _fits(self) -> PolicyTrainConfig:
