@@ -98,7 +98,9 @@ def test_load_split_recomputes_a_damaged_folder(ds):
 
 
 def test_unknown_split_name(ds):
-    with pytest.raises(DataError, match="split 'tmporal' does not apply to canonical datasets; applicable: temporal"):
+    with pytest.raises(
+        DataError, match="split 'tmporal' does not apply to canonical datasets; applicable: temporal"
+    ):
         write_split(ds, "tmporal")
     with pytest.raises(DataError, match="does not apply"):
         load_split(ds, "native")
