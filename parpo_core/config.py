@@ -23,7 +23,9 @@ class StrictModel(BaseModel):
 class RuntimeConfig(StrictModel):
     """Where and how a job runs; the same keys for every command."""
 
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="where to run: auto picks cuda, then mps, then cpu"
+    )
     devices: int = Field(1, ge=1, description="number of devices / data-parallel ranks")
     threads: int | None = Field(None, ge=1, description="intra-op CPU threads (None: library default)")
-    seed: int = 0
+    seed: int = Field(0, description="seeds model init and sampling (python, numpy, torch)")

@@ -32,11 +32,16 @@ class LossWeights(StrictModel):
 
 
 class ModelConfig(StrictModel):
-    backbone: Literal["mf", "lightgcn"] = "mf"
+    backbone: Literal["mf", "lightgcn"] = Field(
+        "mf", description="mf: embedding tables; lightgcn: graph propagation over the train interactions"
+    )
     dim: int = Field(64, ge=1, description="embedding size of each branch (interest, conformity)")
     n_layers: int = Field(2, ge=0, description="LightGCN propagation layers (ignored by mf)")
     disentangle: bool = Field(True, description="False: one embedding per user/item, plain BPR (MF-BPR)")
-    discrepancy: Literal["dcor", "l2", "orthogonal", "none"] = "dcor"
+    discrepancy: Literal["dcor", "l2", "orthogonal", "none"] = Field(
+        "dcor",
+        description="dcor | l2 | orthogonal | none: the term that pushes interest and conformity apart",
+    )
     dcor_sample: int = Field(256, ge=2, description="users and items subsampled per batch for dCor")
     init_std: float = Field(0.05, gt=0, description="normal init of the embedding tables")
     weights: LossWeights = LossWeights()
@@ -59,24 +64,26 @@ class SamplerConfig(StrictModel):
 
 
 class TrainConfig(StrictModel):
-    epochs: int = Field(300, ge=1)
+    epochs: int = Field(300, ge=1, description="maximum epochs (early stopping may end sooner)")
     batch_size: int = Field(8192, ge=1, description="global batch (split over ranks)")
-    lr: float = Field(0.01, gt=0)
+    lr: float = Field(0.01, gt=0, description="Adam learning rate")
     weight_decay: float = Field(0.0, ge=0, description="Adam L2 on the parameters")
     reg: float = Field(0.0, ge=0, description="L2 on the batch's embedding rows (per triple)")
     patience: int = Field(10, ge=1, description="evaluations without a better valid NDCG@10 before stopping")
-    early_stopping: bool = True
+    early_stopping: bool = Field(
+        True, description="stop after `patience` evaluations without a better validation score"
+    )
     restore_best: bool = Field(True, description="publish the weights of the best valid epoch")
     eval_every: int = Field(1, ge=1, description="epochs between valid evaluations")
     max_steps: int = Field(-1, ge=-1, description="stop after this many optimiser steps (-1: no limit)")
-    progress_bar: bool = True
+    progress_bar: bool = Field(True, description="show a progress bar (off in tests and logs)")
     checkpoint: bool = Field(True, description="write last.ckpt (exact resume) every evaluation")
     checkpoint_every_n_steps: int = Field(0, ge=0, description="also step-<N>.ckpt every N steps (0: off)")
 
 
 class EvalConfig(StrictModel):
-    ks: list[int] = Field([10, 20, 50], min_length=1)
-    batch_users: int = Field(1024, ge=1)
+    ks: list[int] = Field([10, 20, 50], min_length=1, description="cut-offs of the ranking metrics")
+    batch_users: int = Field(1024, ge=1, description="users scored per batch in full-sort evaluation")
     spearman_items: int = Field(200, ge=2, description="random items per user for the synthetic Spearman")
     seed: int = Field(0, description="seed of the synthetic Spearman item draw")
 
@@ -100,12 +107,12 @@ class Stage1Config(StrictModel):
     user_features: bool = Field(True, description="use the users table's explicit features (a view)")
     epochs: int = Field(30, ge=1, description="encoder epochs (reconstruction + InfoNCE)")
     map_epochs: int = Field(60, ge=1, description="epochs of each map")
-    batch_size: int = Field(256, ge=2)
-    lr: float = Field(0.003, gt=0)
-    weight_decay: float = Field(1e-5, ge=0)
+    batch_size: int = Field(256, ge=2, description="profile encoder batch size")
+    lr: float = Field(0.003, gt=0, description="AdamW learning rate of the profile encoder and maps")
+    weight_decay: float = Field(1e-5, ge=0, description="AdamW weight decay of the profile encoder")
     temperature: float = Field(0.2, gt=0, description="InfoNCE temperature")
     view_dropout: float = Field(0.3, ge=0, lt=1, description="probability of dropping each view")
-    nce_weight: float = Field(1.0, ge=0)
+    nce_weight: float = Field(1.0, ge=0, description="weight of the InfoNCE term next to reconstruction")
     link: Literal["init", "regularize", "none"] = Field(
         "init", description="how profiles shape stage-2 user embeddings"
     )

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 import polars as pl
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from data_pipelines.schema import DEFAULT_POSITIVE_EVENTS, EVENTS
 from parpo_core.config import StrictModel
@@ -31,9 +31,15 @@ class PositivesRule(StrictModel):
       weight positives; it never changes which rows a split holds.
     """
 
-    events: tuple[str, ...] = DEFAULT_POSITIVE_EVENTS
-    min_value: float | None = None
-    weights: dict[str, float] = {}
+    events: tuple[str, ...] = Field(
+        DEFAULT_POSITIVE_EVENTS,
+        description="events that count as positives (every non-impression event by default, RecBole-Debias)",
+    )
+    min_value: float | None = Field(
+        None,
+        description="for valued events (rate): keep rows with value >= this (e.g. 4 for rating >= 4; null: all)",
+    )
+    weights: dict[str, float] = Field({}, description="per-event weight of a positive (absent: 1.0)")
 
     @field_validator("events")
     @classmethod

@@ -28,12 +28,14 @@ class SynthConfig(StrictModel):
 
     seed: int = Field(0, ge=0, description="Seeds every random stream.")
     # Sizes
-    n_users: int = Field(1000, ge=2)
-    n_items: int = Field(2000, ge=2)
+    n_users: int = Field(1000, ge=2, description="number of users")
+    n_items: int = Field(2000, ge=2, description="number of items")
     dim: int = Field(16, ge=1, description="Latent dimension of interest vectors u and item vectors v.")
-    n_categories: int = Field(20, ge=1)
+    n_categories: int = Field(20, ge=1, description="number of item categories")
     n_attributes: int = Field(40, ge=1, description="Attribute vocabulary size.")
-    attributes_per_item: int = Field(3, ge=0)
+    attributes_per_item: int = Field(
+        3, ge=0, description="attributes drawn per item (top-k of v.e_j plus noise)"
+    )
     rounds: int = Field(10, ge=1, description="Exposure rounds (one session per user per round).")
     slate_size: int = Field(10, ge=1, description="Impressions per user per round.")
     uniform_slate_size: int = Field(
@@ -41,7 +43,7 @@ class SynthConfig(StrictModel):
     )
 
     # Users: interest u = sqrt(w_r) m_region + sqrt(w_a) g_age + sqrt(1 - w_r - w_a) z
-    n_regions: int = Field(8, ge=1)
+    n_regions: int = Field(8, ge=1, description="user regions (each with its own interest centre m_region)")
     region_weight: float = Field(0.3, ge=0, le=1, description="Share of interest variance set by region.")
     age_weight: float = Field(0.2, ge=0, le=1, description="Share of interest variance set by age band.")
     # Observable projections of the interest vector: features p0..p{k-1} = u.w_j / sqrt(dim) + noise
@@ -50,14 +52,14 @@ class SynthConfig(StrictModel):
     )
     interest_feature_noise: float = Field(1.0, ge=0, description="Noise sd of each projection (signal sd 1).")
     # Conformity c_u ~ Gamma(shape, scale)
-    conformity_shape: float = Field(2.0, gt=0)
-    conformity_scale: float = Field(0.25, gt=0)
+    conformity_shape: float = Field(2.0, gt=0, description="Gamma shape of the conformity c_u")
+    conformity_scale: float = Field(0.25, gt=0, description="Gamma scale of the conformity c_u")
 
     # Items: v = sqrt(w_c) q_category + sqrt(1 - w_c) z
     category_weight: float = Field(0.5, ge=0, le=1, description="Share of item variance set by category.")
     category_skew: float = Field(0.5, ge=0, description="Category sizes ~ 1 / rank**skew.")
     attribute_noise: float = Field(0.5, ge=0, description="Noise sd added to v.e_j / sqrt(dim) before top-k.")
-    price_median: float = Field(30.0, gt=0)
+    price_median: float = Field(30.0, gt=0, description="median item price")
     price_category_sd: float = Field(0.5, ge=0, description="sd of log price between categories.")
     price_item_sd: float = Field(0.4, ge=0, description="sd of log price within a category.")
 
@@ -66,14 +68,18 @@ class SynthConfig(StrictModel):
     exposure_beta: float = Field(1.5, ge=0, description="Feedback exponent; > 1 is rich-get-richer.")
 
     # Response: click logit = bias + a * s(u, i) + c_u * log(1 + n_i / mean(n)) + N(0, noise_sd^2)
-    click_bias: float = Field(-3.5)
-    interest_weight: float = Field(1.5, ge=0)
-    noise_sd: float = Field(0.5, ge=0)
+    click_bias: float = Field(-3.5, description="click logit intercept")
+    interest_weight: float = Field(
+        1.5, ge=0, description="a: weight of the true interest s(u, i) in the click logit"
+    )
+    noise_sd: float = Field(0.5, ge=0, description="sd of the click logit's Gaussian noise")
     # Funnel: P(event | parent) = sigmoid(logit(rate) + funnel_interest_weight * s(u, i))
     cart_rate: float = Field(0.25, gt=0, lt=1, description="P(cart | click) at s = 0.")
     fav_rate: float = Field(0.10, gt=0, lt=1, description="P(fav | click) at s = 0.")
     buy_rate: float = Field(0.40, gt=0, lt=1, description="P(buy | cart) at s = 0.")
-    funnel_interest_weight: float = Field(1.0, ge=0)
+    funnel_interest_weight: float = Field(
+        1.0, ge=0, description="weight of s(u, i) in the cart/fav/buy logits"
+    )
 
     # Time
     start: datetime = Field(datetime(2024, 1, 1, tzinfo=UTC), description="Start of round 0 (UTC).")

@@ -17,24 +17,33 @@ class AdvantageConfig(StrictModel):
     default (on for ``gdpo``, off for the others, including ``parpo``).
     """
 
-    estimator: str = "parpo"
-    weights: dict[str, float] = Field(default_factory=dict)
+    estimator: str = Field(
+        "parpo", description="advantage estimator by name in ADVANTAGES (parpo, gdpo, grpo, dr_grpo, rloo)"
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="weight of each reward component in the sum (task/<name>, preference); empty: 1 each",
+    )
     eps: float = Field(1e-6, ge=0.0, description="added to every std / scale in a denominator")
     sample_std: bool = Field(False, description="False: population std (divide by n); True: n - 1")
-    whiten: bool | None = None
+    whiten: bool | None = Field(
+        None, description="whiten the summed advantage over the batch (null: the estimator's own choice)"
+    )
     # PARPO preference anchor (see parpo/algorithms/advantages.py::parpo)
     gamma: float = Field(1.0, ge=0.0, description="baseline floor = mu_u - gamma * sigma_u")
     kappa: float = Field(0.1, ge=0.0, description="scale floor = kappa * (|mu_u| + sigma_u)")
     n_min: int = Field(3, ge=1, description="anchor updates a user needs before the anchor is used")
     anchor_alpha: float = Field(0.1, gt=0.0, le=1.0, description="EMA rate of the anchor store")
-    preference_key: str = "preference"
-    task_prefix: str = "task/"
+    preference_key: str = Field(
+        "preference", description="the reward component normalised against the user anchor"
+    )
+    task_prefix: str = Field("task/", description="prefix of the task-quality reward components")
 
 
 class LossConfig(StrictModel):
     """Policy loss (``LOSSES[cfg.name]``), its clipping, TIS, KL and aggregation."""
 
-    name: str = "ppo"
+    name: str = Field("ppo", description="policy loss by name in LOSSES")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="ratio lower bound 1 - eps_low")
     clip_eps_high: float = Field(0.2, ge=0.0, description="ratio upper bound 1 + eps_high (DAPO: 0.28)")
     dual_clip_c: float | None = Field(3.0, description="dual clip for A < 0 (Ye et al. 2020); None: off")
@@ -42,9 +51,16 @@ class LossConfig(StrictModel):
     tis_cap: float = Field(2.0, gt=0.0, description="TIS weights are clipped to [0, tis_cap]")
     up: bool = Field(False, description="UP variant: A > 0 unclipped through pi / sg(pi)")
     kl_beta: float = Field(0.0, ge=0.0, description="KL coefficient; 0 turns the KL term off")
-    kl_estimator: Literal["k1", "k2", "k3"] = "k2"
-    kl_placement: Literal["loss", "reward"] = "loss"
-    aggregation: str = "token-mean"
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k2", description="k1 | k2 | k3 (Schulman's estimators of KL to the reference policy)"
+    )
+    kl_placement: Literal["loss", "reward"] = Field(
+        "loss", description="loss: a KL term in the loss; reward: a penalty on the reward"
+    )
+    aggregation: str = Field(
+        "token-mean",
+        description="how token losses become one number (AGGREGATIONS: token-mean, seq-mean-token-mean, ..., dr_grpo)",
+    )
     norm_len: int | None = Field(
         None, ge=1, description="constant token normaliser for seq-mean-token-sum-norm / dr_grpo"
     )
@@ -59,11 +75,14 @@ class LossConfig(StrictModel):
 class OptimConfig(StrictModel):
     """AdamW, or Muon on 2-D hidden matrices plus AdamW for the rest (``build_optimizers``)."""
 
-    lr: float = Field(3e-4, gt=0.0)
-    weight_decay: float = Field(0.01, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0.0)
-    muon: bool = False
+    lr: float = Field(3e-3, gt=0.0, description="learning rate (AdamW; Muon's too unless muon_lr is set)")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    eps: float = Field(1e-8, gt=0.0, description="AdamW eps")
+    muon: bool = Field(False, description="Muon for 2-D hidden weights, AdamW for the rest")
     muon_lr: float | None = Field(None, gt=0.0, description="None: same as lr (RMS matched to AdamW)")
-    muon_momentum: float = Field(0.95, ge=0.0, lt=1.0)
-    adamw_name_patterns: tuple[str, ...] = ("embed", "head", "unembed")
+    muon_momentum: float = Field(0.95, ge=0.0, lt=1.0, description="Muon momentum")
+    adamw_name_patterns: tuple[str, ...] = Field(
+        ("embed", "head", "unembed"),
+        description="parameters whose name contains one of these stay on AdamW under Muon",
+    )

@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from parpo.cli.config import app as config_app
 from parpo.cli.data import app as data_app
 from parpo.cli.demo import demo
 from parpo.cli.eval import app as eval_app
@@ -34,6 +35,7 @@ app.add_typer(reward_app, name="reward")
 app.add_typer(policy_app, name="policy")
 app.add_typer(registry_app, name="registry")
 app.add_typer(eval_app, name="eval")
+app.add_typer(config_app, name="config")
 app.command("demo")(demo)
 app.command("serve")(serve)
 

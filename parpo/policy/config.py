@@ -15,7 +15,7 @@ class NativePolicyConfig(StrictModel):
     heads: int = Field(4, ge=1, description="attention heads (dim must be divisible by heads)")
     layers: int = Field(2, ge=1, description="transformer encoder layers")
     ffn: int = Field(4, ge=1, description="feed-forward width as a multiple of dim")
-    dropout: float = Field(0.0, ge=0, lt=1)
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout in the transformer layers")
     item_embeddings: bool = Field(
         True, description="learn an embedding per catalogue item (the policy's own, not the reward model's)"
     )

@@ -29,7 +29,7 @@ class TrainLoopConfig(StrictModel):
     )
     max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
     checkpoint_every: int = Field(0, ge=0, description="also keep update-<N>.ckpt every N updates (0: off)")
-    progress_bar: bool = True
+    progress_bar: bool = Field(True, description="show a progress bar over updates")
 
 
 class PolicyTrainConfig(StrictModel):
@@ -38,7 +38,7 @@ class PolicyTrainConfig(StrictModel):
     policy: NativePolicyConfig = NativePolicyConfig()
     advantage: AdvantageConfig = AdvantageConfig()
     loss: LossConfig = LossConfig()
-    optim: OptimConfig = OptimConfig(lr=3e-3, weight_decay=0.0)
+    optim: OptimConfig = OptimConfig()
     train: TrainLoopConfig = TrainLoopConfig()
 
     @model_validator(mode="before")
