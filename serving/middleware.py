@@ -15,29 +15,28 @@ from typing import Any
 from serving.metrics import Metrics
 
 Scope = dict[str, Any]
-ROUTES = frozenset(
-    {
-        "/v1/act",
-        "/v1/act:batch",
-        "/v1/events",
-        "/v1/models",
-        "/v1/models/reload",
-        "/livez",
-        "/readyz",
-        "/metrics",
-    }
-)
 
 
 class Middleware:
-    def __init__(self, app: Any, *, max_body: int, metrics: Metrics, version: Callable[[], str]) -> None:
-        self.app, self.max_body, self.metrics, self.version = app, max_body, metrics, version
+    """``routes``: the app's route paths (metrics label any other path ``other``, so a scan of
+    random URLs cannot grow the label set)."""
+
+    def __init__(
+        self, app: Any, *, max_body: int, metrics: Metrics, version: Callable[[], str], routes: frozenset[str]
+    ) -> None:
+        self.app, self.max_body, self.metrics, self.version, self.routes = (
+            app,
+            max_body,
+            metrics,
+            version,
+            routes,
+        )
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        route = scope["path"] if scope["path"] in ROUTES else "other"
+        route = scope["path"] if scope["path"] in self.routes else "other"
         start = time.perf_counter()
         status = 500
         self.metrics.in_flight.inc()

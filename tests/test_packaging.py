@@ -16,7 +16,7 @@ def test_every_package_is_listed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         ".".join(p.parent.relative_to(ROOT).parts)
-        for top in ("parpo", "data_pipelines", "reward_models", "serving")
+        for top in ("parpo_core", "parpo", "data_pipelines", "reward_models", "serving")
         for p in (ROOT / top).rglob("__init__.py")
     }
     found |= {f"parpo.configs.{d.name}" for d in (ROOT / "configs").iterdir() if any(d.glob("*.yaml"))}

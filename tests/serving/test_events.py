@@ -7,6 +7,7 @@ import os
 
 import polars as pl
 
+from parpo_core.records import DecisionRecord, SlateEntry
 from serving.config import LogConfig
 from serving.decisions import DecisionLog
 from serving.events import EventLog
@@ -72,8 +73,11 @@ def test_acknowledged_events_survive_a_writer_crash_and_ids_stay_idempotent(tmp_
 
     async def first_life() -> list[str]:
         decisions = DecisionLog(tmp_path, cfg)
-        decisions.record({"request_id": "r1", "user_id": "u", "slate": [{"item_id": "i1", "position": 1,
-                                                                            "propensity": 0.5}]})  # fmt: skip
+        decisions.record(DecisionRecord(
+            ts=0.0, request_id="r1", user_id="u", request={}, k=1, policy_version="v1", reward_version="v1",
+            explore=1.0, n_samples=1, evaluable=True, plan="recommend", cold_user=False,
+            slate=[SlateEntry(item_id="i1", position=1, propensity=0.5)],
+        ))  # fmt: skip
         log = EventLog(tmp_path, cfg, decisions)
         acked: list[str] = []
 

@@ -56,7 +56,7 @@ def _served_logs(reg: Path, version: str, tmp_path: Path, n_requests: int, candi
     rng = np.random.default_rng(0)
     events = []
     for a in answers:
-        d = a.decision
+        d = a.decision.to_json()
         if not d["evaluable"]:
             continue
         slate = d["slate"]
@@ -67,25 +67,25 @@ def _served_logs(reg: Path, version: str, tmp_path: Path, n_requests: int, candi
             if clicked:
                 events.append({"kind": "event", "schema_version": 1, "received": d["ts"] + 1,
                                "request_id": d["request_id"], "position": s["position"], "event": "click"})  # fmt: skip
-    decisions = [{"kind": "decision", "schema_version": 1, **a.decision} for a in answers]
+    decisions = [a.decision.to_json() for a in answers]
     for name, records in (("decisions", decisions), ("events", events)):
         (tmp_path / "ev" / name).mkdir(parents=True)
         text = "".join(json.dumps(r) + "\n" for r in records)
         (tmp_path / "ev" / name / "20261130T000000Z-1-ab-0001.jsonl").write_text(text)
     ingest(open_source("parpo-events", tmp_path / "ev"), tmp_path / "ds")
-    sampled = [a for a in answers if a.decision["evaluable"]]
+    sampled = [a for a in answers if a.decision.evaluable]
     return Served(tmp_path / "ds", sampled, len(events), logger.decile)
 
 
 def _truth(evaluated: PolicyBundle, served: Served) -> float:
     """The evaluated policy's expected clicks per logged slot, from 128 samples per request."""
-    logged = [(a.decision["request_id"], a.decision["user_id"], {"k": K, "candidates": a.decision["candidates"]})
+    logged = [(a.decision.request_id, a.decision.user_id, {"k": K, "candidates": a.decision.candidates})
               for a in served.sampled]  # fmt: skip
     drawn = slate_samples(evaluated, logged, 128, 1.0, seed=123)
     per_slot = []
     for a, per in zip(served.sampled, drawn, strict=True):
-        for s in a.decision["slate"]:
-            j = s["position"] - 1
+        for s in a.decision.slate:
+            j = s.position - 1
             shown = [x[j] for x in per if j < len(x)]
             per_slot.append(_click_prob(served.decile, shown, np.full(len(shown), j + 1)).sum() / len(per))
     return float(np.mean(per_slot))
@@ -107,7 +107,7 @@ def test_served_logs_estimate_another_version_near_its_truth(serve_registry, tmp
 
     evaluated = PolicyBundle.load(reg, v2)
     res = evaluate_served(served.ds, evaluated, samples=64, n_boot=300, seed=0)
-    n_slots = sum(len(a.decision["slate"]) for a in served.sampled)
+    n_slots = sum(len(a.decision.slate) for a in served.sampled)
     assert res["logging_policies"] == [v1]
     assert (res["n_requests"], res["n_rows"]) == (len(served.sampled), n_slots)
     truth = _truth(evaluated, served)
