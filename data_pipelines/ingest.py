@@ -15,6 +15,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,25 +97,97 @@ def ingest(
         raise
 
 
-def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with) -> dict[str, Any]:
+def _ingest(
+    source: Source,
+    out: Path,
+    txn: Transaction,
+    manifest: dict[str, Any] | None,
+    files: list[dict[str, Any]],
+    progress: Callable[[int], None] | None,
+    now: datetime,
+    share_idmaps_with: Dataset | None,
+) -> dict[str, Any]:
+    """Pass 1 (validate, dedupe, stage by key bucket), pass 2 (``seq`` per key, partitions),
+    then the side tables, the manifest and the commit."""
     started = time.time()
     existing = Dataset(out) if manifest else None
-    total_bytes = sum(f["bytes"] for f in files)
-    n_buckets = max(1, math.ceil(total_bytes / BUCKET_BYTES))
-    stage = txn.scratch("stage")
+    n_buckets = max(1, math.ceil(sum(f["bytes"] for f in files) / BUCKET_BYTES))
     seen_keys = KeySet(existing.dedupe_keys() if existing else None)
-    rejects: list[pl.DataFrame] = []
-    contexts: list[pl.DataFrame] = []
+    staged = _stage(source, txn, seen_keys, n_buckets, common_checks(now), progress)
+    next_seq = (
+        existing.next_seq() if existing else pl.DataFrame(schema={"__key": pl.String, "__base": pl.Int64})
+    )
+    partitions = _write_partitions(txn, n_buckets, next_seq)
+    keys_rel = f"state/dedupe-{txn.id}.parquet"
+    seen_keys.to_frame().write_parquet(txn.path(keys_rel))
+    rejects_rel = f"rejects/{txn.id}.parquet"
+    write_parquet(staged.rejects, txn.path(rejects_rel), REJECTS)
+    tables = _side_tables(
+        source,
+        existing,
+        existing or share_idmaps_with,
+        pl.concat(staged.users).unique("id", keep="first", maintain_order=True),
+        pl.concat(staged.items).unique("id", keep="first", maintain_order=True),
+        pl.concat(staged.item_cats).unique("item_id", keep="last", maintain_order=True),
+        staged.contexts,
+        txn,
+    )
+    ingest_record = {
+        "id": txn.id,
+        "source": source.name,
+        "files": files,
+        "started": datetime.fromtimestamp(started, UTC).isoformat(),
+        "seconds": round(time.time() - started, 3),
+        "rows_in": staged.rows_in,
+        "rows_accepted": staged.rows_in - staged.rows_rejected,
+        "rows_rejected": staged.rows_rejected,
+        "rows_written": sum(p["rows"] for p in partitions),
+        "rejects": rejects_rel,
+        "dedupe_keys": keys_rel,
+        "notes": source.notes,
+    }
+    new_manifest = _next_manifest(manifest, source.name, ingest_record, partitions, tables)
+    new = {p["path"] for p in partitions}
+    paths = [(txn.dir if p["path"] in new else out) / p["path"] for p in new_manifest["partitions"]]
+    summary = Dataset.summarize(new_manifest, paths)
+    txn.path("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    txn.commit(new_manifest)
+    return summary
+
+
+@dataclass
+class Staged:
+    """What pass 1 learnt besides the staged rows: accounting, rejects and the ids seen."""
+
+    rows_in: int = 0
+    rows_rejected: int = 0
+    rejects: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=REJECTS_POLARS))
     # Per-chunk distinct ids (first appearance order) and last categories, merged once at the end.
-    users_seen: list[pl.DataFrame] = [pl.DataFrame(schema={"id": pl.String})]
-    items_seen: list[pl.DataFrame] = [pl.DataFrame(schema={"id": pl.String})]
-    item_cats: list[pl.DataFrame] = [pl.DataFrame(schema={"item_id": pl.String, "category": pl.String})]
-    rows_in = rows_rejected = 0
-    checks = common_checks(now)
+    users: list[pl.DataFrame] = field(default_factory=lambda: [pl.DataFrame(schema={"id": pl.String})])
+    items: list[pl.DataFrame] = field(default_factory=lambda: [pl.DataFrame(schema={"id": pl.String})])
+    item_cats: list[pl.DataFrame] = field(
+        default_factory=lambda: [pl.DataFrame(schema={"item_id": pl.String, "category": pl.String})]
+    )
+    contexts: list[pl.DataFrame] = field(default_factory=list)
+
+
+def _stage(
+    source: Source,
+    txn: Transaction,
+    seen_keys: KeySet,
+    n_buckets: int,
+    checks: list[tuple[pl.Expr, pl.Expr]],
+    progress: Callable[[int], None] | None,
+) -> Staged:
+    """Pass 1, chunk by chunk: transform, validate, drop exact duplicates of earlier lines,
+    stage the good rows as Arrow files by key bucket in the transaction's scratch folder."""
+    stage = txn.scratch("stage")
+    out = Staged()
+    rejects: list[pl.DataFrame] = []
     n_chunk = 0
     for spec in source.files:
         for i_chunk, chunk in enumerate(spec.chunks()):
-            rows_in += chunk.n_lines
+            out.rows_in += chunk.n_lines
             rows = spec.transform(chunk.fields)
             bad = failing_lines(rows, checks)
             # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
@@ -145,43 +218,40 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
                     f"{chunk.n_lines:,} lines is a valid record (line {first['line']}: {first['reason']})"
                 )
             rejects.append(rejected)
-            rows_rejected += rejected.height
-
-            users_seen.append(
-                rows.select(pl.col("user_id").alias("id")).drop_nulls().unique(maintain_order=True)
-            )
-            items_seen.append(rows.select(pl.col("item_id").alias("id")).unique(maintain_order=True))
-            item_cats.append(
-                rows.filter(pl.col("category").is_not_null())
-                .select("item_id", "category")
-                .unique("item_id", keep="last", maintain_order=True)
-            )
-            if "__context" in rows.columns:
-                contexts.append(
-                    rows.filter(pl.col("__context").is_not_null())
-                    .select("request_id", pl.col("__context").alias("features"))
-                    .unique("request_id", keep="first", maintain_order=True)
-                )
-            staged = rows.select(
-                *ROW_COLUMNS,
-                LINE,
-                ORD,
-                (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"),
-            )
+            out.rows_rejected += rejected.height
+            _collect_ids(out, rows)
+            staged = rows.select(*ROW_COLUMNS, LINE, ORD, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
             for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
                 part.drop("__bucket").write_ipc(stage / f"b{b}-c{n_chunk:08d}.arrow")
             n_chunk += 1
             if progress:
                 progress(chunk.n_lines)
+    if rejects:
+        out.rejects = pl.concat(rejects)
+    return out
 
-    rejects_df = pl.concat(rejects) if rejects else pl.DataFrame(schema=REJECTS_POLARS)
 
-    # Pass 2: seq per user, one bucket at a time.
-    next_seq = (
-        existing.next_seq() if existing else pl.DataFrame(schema={"__key": pl.String, "__base": pl.Int64})
+def _collect_ids(out: Staged, rows: pl.DataFrame) -> None:
+    """Remember a chunk's users, items, item categories and request contexts."""
+    out.users.append(rows.select(pl.col("user_id").alias("id")).drop_nulls().unique(maintain_order=True))
+    out.items.append(rows.select(pl.col("item_id").alias("id")).unique(maintain_order=True))
+    out.item_cats.append(
+        rows.filter(pl.col("category").is_not_null())
+        .select("item_id", "category")
+        .unique("item_id", keep="last", maintain_order=True)
     )
+    if "__context" in rows.columns:
+        out.contexts.append(
+            rows.filter(pl.col("__context").is_not_null())
+            .select("request_id", pl.col("__context").alias("features"))
+            .unique("request_id", keep="first", maintain_order=True)
+        )
+
+
+def _write_partitions(txn: Transaction, n_buckets: int, next_seq: pl.DataFrame) -> list[dict[str, Any]]:
+    """Pass 2: ``seq`` per key, one bucket at a time, each bucket one interactions partition."""
+    stage = txn.scratch("stage")
     partitions = []
-    rows_written = 0
     for b in range(n_buckets):
         paths = sorted(stage.glob(f"b{b}-c*.arrow"))
         if not paths:
@@ -190,44 +260,25 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
         rel = f"interactions/part-{txn.id}-{b:04d}.parquet"
         sha = write_parquet(df, txn.path(rel), INTERACTIONS)
         partitions.append({"path": rel, "rows": df.height, "sha256": sha})
-        rows_written += df.height
+    return partitions
 
-    keys_rel = f"state/dedupe-{txn.id}.parquet"
-    seen_keys.to_frame().write_parquet(txn.path(keys_rel))
-    rejects_rel = f"rejects/{txn.id}.parquet"
-    write_parquet(rejects_df, txn.path(rejects_rel), REJECTS)
 
-    tables = _side_tables(
-        source,
-        existing,
-        existing or share_idmaps_with,
-        pl.concat(users_seen).unique("id", keep="first", maintain_order=True),
-        pl.concat(items_seen).unique("id", keep="first", maintain_order=True),
-        pl.concat(item_cats).unique("item_id", keep="last", maintain_order=True),
-        contexts,
-        txn,
-    )
-    ingest_record = {
-        "id": txn.id,
-        "source": source.name,
-        "files": files,
-        "started": datetime.fromtimestamp(started, UTC).isoformat(),
-        "seconds": round(time.time() - started, 3),
-        "rows_in": rows_in,
-        "rows_accepted": rows_in - rows_rejected,
-        "rows_rejected": rows_rejected,
-        "rows_written": rows_written,
-        "rejects": rejects_rel,
-        "dedupe_keys": keys_rel,
-        "notes": source.notes,
-    }
+def _next_manifest(
+    manifest: dict[str, Any] | None,
+    source: str,
+    ingest_record: dict[str, Any],
+    partitions: list[dict[str, Any]],
+    tables: dict[str, Any],
+) -> dict[str, Any]:
+    """The manifest after this ingest: its record and partitions appended, tables replaced,
+    fingerprint recomputed."""
     old = manifest or {
-        "source": source.name,
+        "source": source,
         "created": datetime.now(UTC).isoformat(),
         "ingests": [],
         "partitions": [],
     }
-    new_manifest = {
+    new = {
         "schema_version": SCHEMA_VERSION,
         "source": old["source"],
         "created": old["created"],
@@ -236,13 +287,8 @@ def _ingest(source, out, txn, manifest, files, progress, now, share_idmaps_with)
         "partitions": [*old["partitions"], *partitions],
         "tables": tables,
     }
-    new_manifest["fingerprint"] = fingerprint_of(new_manifest)
-    staged = {p["path"] for p in partitions}
-    paths = [(txn.dir if p["path"] in staged else out) / p["path"] for p in new_manifest["partitions"]]
-    summary = Dataset.summarize(new_manifest, paths)
-    txn.path("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    txn.commit(new_manifest)
-    return summary
+    new["fingerprint"] = fingerprint_of(new)
+    return new
 
 
 REJECTS_POLARS = {

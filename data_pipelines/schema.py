@@ -74,16 +74,6 @@ REJECTS = pa.schema(
     ]
 )
 
-TABLES: dict[str, pa.Schema] = {
-    "interactions": INTERACTIONS,
-    "items": ITEMS,
-    "users": USERS,
-    "contexts": CONTEXTS,
-    "observation_propensities": OBSERVATION_PROPENSITIES,
-    "idmap": IDMAP,
-    "rejects": REJECTS,
-}
-
 
 def polars_schema(schema: pa.Schema) -> dict[str, pl.DataType]:
     """The polars dtypes of an Arrow schema (maps become list<struct<key, value>>)."""

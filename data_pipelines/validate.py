@@ -78,11 +78,6 @@ def number(col: str, dtype: pl.DataType = pl.Float64) -> tuple[pl.Expr, pl.Expr]
     return value, pl.when(s.is_not_null() & value.is_null()).then(pl.format(f"{col} '{{}}' is not {name}", s))
 
 
-def first_reason(*reasons: pl.Expr) -> pl.Expr:
-    """The first non-null reason, as ``__reason``."""
-    return pl.coalesce(*reasons).alias(REASON)
-
-
 def common_checks(now: datetime | None = None) -> list[tuple[pl.Expr, pl.Expr]]:
     """The checks every canonical row must pass, as (failed, message) pairs.
 

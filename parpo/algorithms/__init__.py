@@ -4,11 +4,12 @@ functions in registries (``ADVANTAGES``, ``LOSSES``, ``AGGREGATIONS``, ``KL``). 
 
 from parpo.algorithms.advantages import ADVANTAGES, AdvantageFn, compute_advantages
 from parpo.algorithms.aggregation import AGGREGATIONS, AggregationFn
+from parpo.algorithms.anchor_io import load_anchors, save_anchors
+from parpo.algorithms.anchor_sync import all_gather_user_batch_stats, broadcast_anchors
 from parpo.algorithms.anchors import (
     AnchorSnapshot,
     AnchorStore,
     UserBatchStats,
-    all_gather_user_batch_stats,
     merge_user_batch_stats,
     user_batch_stats,
 )
@@ -35,6 +36,9 @@ __all__ = [
     "OptimConfig",
     "UserBatchStats",
     "all_gather_user_batch_stats",
+    "broadcast_anchors",
+    "load_anchors",
+    "save_anchors",
     "build_optimizers",
     "compute_advantages",
     "compute_loss",

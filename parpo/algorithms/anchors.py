@@ -15,32 +15,28 @@ computes advantages with ``store.snapshot()`` (the *pre-update* anchors), then c
 the classic ``(1 - a) * (var + a * delta**2)`` EW variance). The first update (``a = 1``) sets
 ``mu = rbar``, ``var = v_b``. With ``warmup=False``, ``a = alpha`` after the first update.
 
-Data parallel: with ``all_gather=True`` every rank all-gathers the per-user batch statistics
+Data parallel (``anchor_sync``): every rank all-gathers the per-user batch statistics
 ``(user, n, mean, M2)``, merges them exactly (Chan et al.) and applies the same update, so anchors
-stay identical on all ranks given identical starting states (``broadcast_`` from rank 0 after a
-load makes them so). Thread safety: one lock around every read and write.
+stay identical on all ranks given identical starting states (``broadcast_anchors`` from rank 0
+after a load makes them so). Files: ``anchor_io``. Thread safety: one lock around every read and
+write.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from parpo_core.durable import atomic_write_with
-
 if TYPE_CHECKING:
     from parpo.algorithms.config import AdvantageConfig
 
+#: Version of the state layout (``state_dict``, and the anchor file written from it).
 FORMAT_VERSION = 1
-_META_KEY = b"parpo.anchors"
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,34 +135,6 @@ def merge_user_batch_stats(parts: Sequence[UserBatchStats]) -> UserBatchStats:
     return UserBatchStats(uniq, big_n, big_mean, big_m2)
 
 
-def _comm_device(process_group: Any) -> torch.device:
-    import torch.distributed as dist
-
-    if dist.get_backend(process_group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def all_gather_user_batch_stats(stats: UserBatchStats, process_group: Any = None) -> UserBatchStats:
-    """All-gather per-user statistics from every rank of ``process_group`` (default: the world, which
-    is also Lightning Fabric's) and merge them. Collective: call on every rank."""
-    import torch.distributed as dist
-
-    device = _comm_device(process_group)
-    world = dist.get_world_size(process_group)
-    local = stats.as_matrix().to(device)
-    size = torch.tensor([local.shape[0]], dtype=torch.long, device=device)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size, group=process_group)
-    max_k = int(max(int(s.item()) for s in sizes))
-    padded = torch.zeros((max_k, 4), dtype=torch.float64, device=device)
-    padded[: local.shape[0]] = local
-    out = [torch.zeros_like(padded) for _ in range(world)]
-    dist.all_gather(out, padded, group=process_group)
-    parts = [UserBatchStats.from_matrix(o[: int(s.item())]) for o, s in zip(out, sizes, strict=True)]
-    return merge_user_batch_stats(parts)
-
-
 class AnchorStore:
     """Thread-safe per-user EMA of preference-reward mean and variance (see the module docstring).
 
@@ -223,17 +191,22 @@ class AnchorStore:
         self._n_obs = torch.cat([self._n_obs, torch.zeros(pad, dtype=torch.long)])
 
     def update(
-        self, user: Tensor, rewards: Tensor, *, all_gather: bool = False, process_group: Any = None
+        self,
+        user: Tensor,
+        rewards: Tensor,
+        *,
+        gather: Callable[[UserBatchStats], UserBatchStats] | None = None,
     ) -> dict[str, float]:
         """Fold one batch of preference rewards ``[B]`` of users ``[B]`` into the anchors.
 
-        Call *after* computing advantages with the pre-update ``snapshot()``. With ``all_gather``,
-        statistics from every rank of ``process_group`` are merged first (collective call).
-        Returns metrics: ``anchors/users`` (users with history), ``anchors/updated``, ``anchors/new``.
+        Call *after* computing advantages with the pre-update ``snapshot()``. ``gather`` merges
+        the statistics of every rank first (data parallel: ``anchor_sync.all_gather_user_batch_stats``,
+        a collective call). Returns metrics: ``anchors/users`` (users with history),
+        ``anchors/updated``, ``anchors/new``.
         """
         stats = user_batch_stats(user, rewards)
-        if all_gather:
-            stats = all_gather_user_batch_stats(stats, process_group)
+        if gather is not None:
+            stats = gather(stats)
         return self.apply(stats)
 
     def apply(self, stats: UserBatchStats) -> dict[str, float]:
@@ -299,69 +272,3 @@ class AnchorStore:
                 0, user, torch.as_tensor(state["n_obs"], dtype=torch.long)
             )
             self._size = size
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the anchors to a parquet file atomically (temp file + fsync + ``os.replace``)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        path = Path(path)
-        st = self.state_dict()
-        table = pa.table(
-            {k: pa.array(st[k].numpy()) for k in ("user", "mean", "var", "count", "n_obs")}
-        ).replace_schema_metadata(
-            {
-                _META_KEY: json.dumps(
-                    {"format_version": FORMAT_VERSION, "alpha": st["alpha"], "warmup": st["warmup"]}
-                )
-            }
-        )
-        return atomic_write_with(path, lambda tmp: pq.write_table(table, tmp))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> AnchorStore:
-        """Read a store written by ``save``."""
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-        meta = json.loads((table.schema.metadata or {}).get(_META_KEY, b"{}"))
-        if not meta:
-            raise ValueError(f"{path}: not a PARPO anchor file (missing {_META_KEY.decode()!r} metadata)")
-        cols = {
-            k: torch.from_numpy(table.column(k).to_numpy().copy())
-            for k in ("user", "mean", "var", "count", "n_obs")
-        }
-        store = cls(alpha=meta["alpha"], warmup=meta["warmup"])
-        store.load_state_dict({**meta, **cols})
-        return store
-
-    def broadcast_(self, src: int = 0, process_group: Any = None) -> None:
-        """Replace this rank's anchors with rank ``src``'s (collective: call on every rank)."""
-        import torch.distributed as dist
-
-        device = _comm_device(process_group)
-        with self._lock:
-            st = self.state_dict()
-            mat = torch.stack(
-                [st["user"].double(), st["mean"], st["var"], st["count"].double(), st["n_obs"].double()],
-                dim=1,
-            ).to(device)
-            header = torch.tensor(
-                [mat.shape[0], self.alpha, float(self.warmup)], dtype=torch.float64, device=device
-            )
-            dist.broadcast(header, src=src, group=process_group)
-            k = int(header[0].item())
-            buf = mat if mat.shape[0] == k else torch.zeros((k, 5), dtype=torch.float64, device=device)
-            dist.broadcast(buf, src=src, group=process_group)
-            buf = buf.cpu()
-            self.load_state_dict(
-                {
-                    "alpha": float(header[1]),
-                    "warmup": bool(header[2] > 0.5),
-                    "user": buf[:, 0].round().long(),
-                    "mean": buf[:, 1],
-                    "var": buf[:, 2],
-                    "count": buf[:, 3].round().long(),
-                    "n_obs": buf[:, 4].round().long(),
-                }
-            )

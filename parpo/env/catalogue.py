@@ -68,10 +68,6 @@ class Catalogue:
     def __len__(self) -> int:
         return len(self.item_ids)
 
-    @property
-    def has_prices(self) -> bool:
-        return bool(np.isfinite(self.price).any())
-
     # -- building and snapshots --------------------------------------------------------
     @classmethod
     def build(cls, items: pl.DataFrame, train: pl.DataFrame) -> Catalogue:

@@ -102,7 +102,6 @@ class Recommend(_Action):
 
 
 Action = Annotated[Search | Filter | Recommend, Field(discriminator="tool")]
-TOOLS: tuple[str, ...] = ("search", "filter", "recommend")
 _ADAPTER: TypeAdapter[Search | Filter | Recommend] = TypeAdapter(Action)
 
 

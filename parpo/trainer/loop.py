@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from parpo.algorithms import AnchorStore, build_optimizers, compute_advantages, compute_loss
+from parpo.algorithms import (
+    AnchorStore,
+    all_gather_user_batch_stats,
+    build_optimizers,
+    compute_advantages,
+    compute_loss,
+)
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
 from parpo.policy.native import NativePolicy
@@ -145,7 +151,9 @@ class PolicyTrainer:
                 fabric, policy, module, optimizers, reference, roll, adv, state["perm_gen"]
             )
             anchor_metrics = anchors.update(
-                roll.user, roll.rewards[cfg.advantage.preference_key], all_gather=world > 1
+                roll.user,
+                roll.rewards[cfg.advantage.preference_key],
+                gather=all_gather_user_batch_stats if world > 1 else None,
             )
             t2 = time.perf_counter()
             metrics = {

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parpo.algorithms.anchor_io import save_anchors
 from parpo.env.environment import PreferenceTransform
 from parpo.env.schema import ACTION_SCHEMA_VERSION
 from parpo.env.source import EnvSource
@@ -57,7 +58,7 @@ def train_and_publish(
     )
     result.policy.save(policy_dir)
     source.catalogue.write(cat_path)
-    result.anchors.save(anchors_path)
+    save_anchors(result.anchors, anchors_path)
     reward_lineage = Registry(registry).open("reward", source.reward_version, verify=False).lineage
     split = reward_lineage.split
     summary = final_summary(result.history)

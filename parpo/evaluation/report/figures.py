@@ -11,7 +11,6 @@ import numpy as np
 from parpo.evaluation.report.collect import PolicyData
 
 DPI = 80
-PARTS_SHOWN = ("task_quality", "preference", "hit@10")
 
 
 def _plt() -> Any:

@@ -10,7 +10,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from parpo.algorithms import AnchorStore
+from parpo.algorithms import AnchorStore, all_gather_user_batch_stats, broadcast_anchors
 
 SHARDS = {
     0: ([0, 1, 0, 2], [0.1, 0.5, 0.3, 1.0]),
@@ -29,11 +29,11 @@ def main(rank: int, init_file: str, out_dir: str) -> None:
     try:
         store = AnchorStore(alpha=ALPHA)
         _upd(store, *HISTORY)  # identical history on both ranks
-        _upd(store, *SHARDS[rank], all_gather=True)
+        _upd(store, *SHARDS[rank], gather=all_gather_user_batch_stats)
         torch.save(store.state_dict(), f"{out_dir}/gathered{rank}.pt")
         # diverge on purpose, then make every rank a copy of rank 0
         _upd(store, [5 + rank], [float(rank)])
-        store.broadcast_(src=0)
+        broadcast_anchors(store, src=0)
         torch.save(store.state_dict(), f"{out_dir}/broadcast{rank}.pt")
     finally:
         dist.destroy_process_group()
