@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import real_data
+from tests.plugins.data import real_data
 
 PARPO = [sys.executable, "-m", "parpo.cli.main"]
 

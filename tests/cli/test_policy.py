@@ -11,9 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.parpo.env.conftest import published_reward  # noqa: F401  (shared fixtures)
-from tests.parpo.trainer.conftest import FAST_OVERRIDES
-from tests.reward_models.conftest import tiny_synth  # noqa: F401
+from tests.plugins.policies import FAST_OVERRIDES
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from reward_models.curriculum import Curriculum, CurriculumStep
 from reward_models.sampler import PopularityNegativeSampler, Triples, popularity_weights
-from tests.conftest import real_data
+from tests.plugins.data import real_data
 
 
 def make(user, item, n_users, n_items, seed=0, **kw) -> PopularityNegativeSampler:

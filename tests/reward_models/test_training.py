@@ -14,7 +14,7 @@ from reward_models.data import RewardData
 from reward_models.pipeline import evaluate_version, train_and_publish
 from reward_models.readout import RewardModel
 from reward_models.training import fit
-from tests.reward_models.conftest import reward_config
+from tests.plugins.rewards import reward_config
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 from data_pipelines.adapters import open_source
 from data_pipelines.dataset import Dataset
 from data_pipelines.ingest import ingest
-from tests.conftest import real_data
+from tests.plugins.data import real_data
 
 pytestmark = pytest.mark.realdata
 

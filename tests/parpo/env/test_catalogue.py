@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from parpo.env import Catalogue, Constraints, Search
-from tests.parpo.env.conftest import hand_catalogue
+from tests.plugins.envs import hand_catalogue
 
 # Rows: a0=0 a1=1 a2=2 b0=3 b1=4 b2=5; popularity 5 9 5 7 1 0; price 10 30 20 None 5 1.
 

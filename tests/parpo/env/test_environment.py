@@ -13,7 +13,7 @@ import pytest
 from parpo.env import BatchEnv, Constraints, EnvConfig, Environment, Filter, Recommend, Request, Search, Task
 from parpo.env.catalogue import FEATURES
 from parpo.env.schema import action_to_json
-from tests.parpo.env.conftest import HandReward, hand_catalogue
+from tests.plugins.envs import HandReward, hand_catalogue
 
 CFG = EnvConfig(k=3, max_steps=4)
 REQ = Request(category="a", constraints=Constraints(price_max=25))

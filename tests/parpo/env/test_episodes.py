@@ -7,8 +7,8 @@ import numpy as np
 from parpo.env.environment import BatchEnv
 from parpo.env.episodes import step_until_done
 from parpo.env.schema import Recommend, Search
-from tests.parpo.env.conftest import HandReward, hand_catalogue
 from tests.parpo.env.test_environment import CFG, task
+from tests.plugins.envs import HandReward, hand_catalogue
 
 
 def test_each_episode_acts_until_it_ends_and_only_then() -> None:

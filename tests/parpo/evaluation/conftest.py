@@ -4,7 +4,7 @@ import pytest
 
 from data_pipelines.adapters import open_source
 from data_pipelines.ingest import ingest
-from tests.conftest import real_data
+from tests.plugins.data import real_data
 
 
 @pytest.fixture(scope="session")

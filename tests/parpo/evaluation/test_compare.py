@@ -16,9 +16,7 @@ import pytest
 from parpo.evaluation.compare import compare_policies, paired_differences
 from parpo.evaluation.policy_eval import evaluate_policy
 from parpo_core.errors import UserError
-from tests.parpo.env.conftest import published_reward  # noqa: F401  (shared fixtures)
-from tests.parpo.trainer.conftest import FAST_OVERRIDES
-from tests.reward_models.conftest import tiny_synth  # noqa: F401
+from tests.plugins.policies import FAST_OVERRIDES
 
 PARPO = [sys.executable, "-m", "parpo.cli.main"]
 

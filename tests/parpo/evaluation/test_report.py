@@ -15,9 +15,7 @@ import polars as pl
 import pytest
 
 from parpo.evaluation.report.collect import slate_bias
-from tests.parpo.env.conftest import published_reward  # noqa: F401  (shared fixtures)
 from tests.parpo.evaluation.test_compare import two_policies  # noqa: F401
-from tests.reward_models.conftest import tiny_synth  # noqa: F401
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 PNG = b"\x89PNG\r\n\x1a\n"

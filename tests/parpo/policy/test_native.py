@@ -12,7 +12,7 @@ import torch
 from parpo.env.schema import Filter, Recommend, Search
 from parpo.policy.native import NativePolicy, token_logprobs
 from parpo.policy.tokens import CONSTRAIN, HEAD, RECOMMEND, SCOPE, SEARCH, STRATEGY, TOOL
-from tests.parpo.policy.conftest import HandUsers, hand_catalogue, hand_tasks
+from tests.plugins.envs import HandUsers, hand_catalogue, hand_tasks
 
 
 def _after_search(hand_env, hand_policy, gen=None):

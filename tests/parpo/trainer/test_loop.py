@@ -9,7 +9,7 @@ import torch
 from parpo.env import COMPONENTS
 from parpo.trainer.loop import LAST, PolicyTrainer
 from parpo.trainer.rollout import collect
-from tests.parpo.trainer.conftest import fast_config
+from tests.plugins.policies import fast_config
 
 pytestmark = pytest.mark.integration
 

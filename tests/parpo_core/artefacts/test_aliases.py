@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from parpo.cli.main import app
 from parpo_core.artefacts import Registry, RegistryError
-from tests.parpo_core.artefacts.conftest import FP, lineage, publish
+from tests.plugins.artefacts import FP, lineage, publish
 
 
 def test_alias_set_resolve_history_and_remove(reg: Registry):

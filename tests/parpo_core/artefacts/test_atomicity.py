@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parpo_core.artefacts import Registry
-from tests.parpo_core.artefacts.conftest import lineage, publish
+from tests.plugins.artefacts import lineage, publish
 
 
 def _snapshot(reg: Registry, kind: str = "reward") -> dict[str, object]:

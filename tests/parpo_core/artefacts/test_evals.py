@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from parpo_core.artefacts import Registry, RegistryError
 from parpo_core.artefacts.evals import config_hash
-from tests.parpo_core.artefacts.conftest import FP, publish
+from tests.plugins.artefacts import FP, publish
 
 OTHER_FP = "f" * 64
 CFG = {"k": 10, "negatives": "all", "split_seed": 0}

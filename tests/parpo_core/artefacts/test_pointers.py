@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parpo_core.artefacts import Registry, RegistryError
-from tests.parpo_core.artefacts.conftest import publish
+from tests.plugins.artefacts import publish
 
 
 def _prod(reg: Registry) -> tuple[str, list[str]]:

@@ -11,7 +11,7 @@ import pytest
 
 from parpo_core.artefacts import Lineage, Registry, RegistryError
 from parpo_core.artefacts.manifest import sha256_file
-from tests.parpo_core.artefacts.conftest import FP, lineage, publish
+from tests.plugins.artefacts import FP, lineage, publish
 
 
 def test_publish_writes_files_manifest_and_pointers(reg: Registry, tmp_path):

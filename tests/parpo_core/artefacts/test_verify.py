@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from parpo_core.artefacts import Registry, RegistryError
-from tests.parpo_core.artefacts.conftest import publish
+from tests.plugins.artefacts import publish
 
 
 def _writable(path):

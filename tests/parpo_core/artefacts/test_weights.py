@@ -11,7 +11,7 @@ import torch
 
 from parpo_core.artefacts import Registry, RegistryError
 from parpo_core.artefacts.weights import load_weights, save_weights, weights_metadata
-from tests.parpo_core.artefacts.conftest import lineage
+from tests.plugins.artefacts import lineage
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ import torch
 from data_pipelines.dataset import Dataset
 from reward_models.data import RewardData
 from reward_models.profile.fit import link_init
-from tests.reward_models.conftest import reward_config
+from tests.plugins.rewards import reward_config
 
 
 def test_link_init_rows():

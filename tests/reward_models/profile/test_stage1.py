@@ -17,7 +17,7 @@ from parpo_core.artefacts import Lineage, Registry, SplitRef
 from reward_models.data import RewardData
 from reward_models.pipeline import cold_profiles, train_weights
 from reward_models.readout import RewardModel
-from tests.reward_models.conftest import reward_config
+from tests.plugins.rewards import reward_config
 
 STAGE1_FAST = ["split.name=cold_users", "stage1.epochs=2", "stage1.map_epochs=3", "stage1.dim=8"]
 

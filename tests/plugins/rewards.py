@@ -1,14 +1,10 @@
-"""A tiny synthetic dataset (truth + uniform_test) shared by the reward-model tests."""
+"""Fast reward-model settings and a DICE version published on the tiny world."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from data_pipelines.synth import SynthConfig, write
-
-TINY = SynthConfig(n_users=120, n_items=160, seed=3, rounds=8)
 
 #: Fast, deterministic training settings for the tests (one intra-op thread, no progress bar).
 FAST = [
@@ -24,16 +20,18 @@ FAST = [
 ]
 
 
-@pytest.fixture(scope="session")
-def tiny_synth(tmp_path_factory) -> Path:
-    """DIR of a 120-user x 160-item synthetic dataset with its splits (seed 0)."""
-    out = tmp_path_factory.mktemp("reward-synth") / "data"
-    write(TINY, out)
-    return out
-
-
 def reward_config(*overrides: str, preset: str = "dice"):
     from parpo.presets import load
     from reward_models.config import RewardConfig
 
     return load(RewardConfig, "reward", preset, [*FAST, *overrides])
+
+
+@pytest.fixture(scope="session")
+def published_reward(tiny_synth, tmp_path_factory) -> Path:
+    """REG holding one DICE version trained for 3 epochs on ``tiny_synth`` (production)."""
+    from reward_models.pipeline import train_and_publish
+
+    root = tmp_path_factory.mktemp("env-reg")
+    assert train_and_publish(reward_config(), tiny_synth, root / "REG", root / "run", label="dice")
+    return root / "REG"

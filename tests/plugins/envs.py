@@ -1,32 +1,22 @@
-"""A tiny synthetic dataset with a quickly trained, published reward model, and a hand-made
-catalogue with a hand-made reward model for rules checked by hand."""
+"""The hand-made catalogue and reward models (rules checked by hand), and the environment of
+the tiny world with its published reward model."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
+import torch
 
-from parpo.env import Catalogue, EnvConfig, EnvSource
-from tests.reward_models.conftest import reward_config, tiny_synth  # noqa: F401  (shared fixture)
-
-
-@pytest.fixture(scope="session")
-def published_reward(tiny_synth, tmp_path_factory) -> Path:  # noqa: F811
-    """REG holding one DICE version trained for 3 epochs on ``tiny_synth`` (production)."""
-    from reward_models.pipeline import train_and_publish
-
-    root = tmp_path_factory.mktemp("env-reg")
-    assert train_and_publish(reward_config(), tiny_synth, root / "REG", root / "run", label="dice")
-    return root / "REG"
+from parpo.env import Catalogue, EnvConfig, EnvSource, Request, Task
+from parpo.env.schema import Constraints
 
 
 @pytest.fixture(scope="session")
-def source(tiny_synth, published_reward) -> EnvSource:  # noqa: F811
+def source(tiny_synth, published_reward) -> EnvSource:
     return EnvSource.load(tiny_synth, published_reward, cfg=EnvConfig())
 
 
@@ -64,3 +54,23 @@ class HandReward:
         self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Any = None
     ) -> dict[str, np.ndarray]:
         return {"interest": np.array([self.VALUES[i] for i in item_ids])}
+
+
+class HandUsers(HandReward):
+    """``HandReward`` plus fixed 3-d interest vectors per user (unknown users: zeros, cold)."""
+
+    VECTORS = {"u1": [1.0, 0.0, 0.5], "u2": [0.0, 1.0, -0.5]}
+
+    def user_vectors(
+        self, user_ids: Sequence[str], profiles: Any = None
+    ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        v = torch.tensor([self.VECTORS.get(u, [0.0, 0.0, 0.0]) for u in user_ids])
+        return {"interest": v}, np.array([u not in self.VECTORS for u in user_ids])
+
+
+def hand_tasks() -> list[Task]:
+    return [
+        Task("t1", "u1", Request(category="a"), target="a1"),
+        Task("t2", "u2", Request(category="b", constraints=Constraints(price_max=6.0)), target="b1"),
+        Task("t3", "u9", Request(), target="a0", cold=True),
+    ]

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from parpo.cli.registry import app
 from parpo_core.artefacts import Registry, RegistryError
-from tests.parpo_core.artefacts.conftest import publish
+from tests.plugins.artefacts import publish
 
 runner = CliRunner()
 

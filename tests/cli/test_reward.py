@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.reward_models.conftest import FAST
+from tests.plugins.rewards import FAST
 
 pytestmark = pytest.mark.integration
 
