@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from parpo_core.durable import atomic_write_json, fsync_dir, fsync_file
+from parpo_core.durable import atomic_write_json, fsync_path
 
 MANIFEST = "manifest.json"
 
@@ -57,8 +57,8 @@ class Transaction:
     def commit(self, manifest: dict[str, Any]) -> None:
         shutil.rmtree(self.dir / "_scratch", ignore_errors=True)
         for rel in self._files:
-            fsync_file(self.dir / rel)
-        fsync_dir(self.dir)
+            fsync_path(self.dir / rel)
+        fsync_path(self.dir)
         manifest = dict(manifest, pending={"txn": self.id, "files": list(self._files)})
         atomic_write_json(self.root / MANIFEST, manifest)  # the commit point
         self.committed = True
@@ -83,7 +83,7 @@ def apply_pending(root: Path) -> None:
             dst = root / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
-            fsync_dir(dst.parent)
+            fsync_path(dst.parent)
     manifest.pop("pending")
     atomic_write_json(root / MANIFEST, manifest)
     shutil.rmtree(txn_dir, ignore_errors=True)

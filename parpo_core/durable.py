@@ -19,16 +19,8 @@ from pathlib import Path
 from typing import Any
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a folder, so the names created or renamed in it are durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file (its bytes) or a folder (the names created or renamed in it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -41,10 +33,10 @@ def fsync_tree(root: Path) -> None:
     dirs = [root]
     for dirpath, dirnames, filenames in os.walk(root):
         for fn in filenames:
-            fsync_file(Path(dirpath) / fn)
+            fsync_path(Path(dirpath) / fn)
         dirs.extend(Path(dirpath) / d for d in dirnames)
     for d in reversed(dirs):
-        fsync_dir(d)
+        fsync_path(d)
 
 
 def temp_sibling(path: Path, suffix: str = ".tmp") -> Path:
@@ -61,11 +53,11 @@ def atomic_write_with(path: Path, write: Callable[[Path], object]) -> Path:
     tmp = temp_sibling(path)
     try:
         write(tmp)
-        fsync_file(tmp)
+        fsync_path(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
     return path
 
 
@@ -93,7 +85,7 @@ def publish_dir(staging: Path, dest: Path, *, replace: bool = False) -> Path:
         old = temp_sibling(dest, ".old")
         os.rename(dest, old)
     os.rename(staging, dest)
-    fsync_dir(dest.parent)
+    fsync_path(dest.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return dest

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from parpo_core.durable import fsync_dir
+from parpo_core.durable import fsync_path
 
 SUFFIX = ".jsonl"
 _STOP = object()
@@ -83,7 +83,7 @@ class SegmentLog:
         path = self.folder / f"{stamp}-{os.getpid()}-{self._writer}-{self._n:04d}{SUFFIX}"
         self._file = open(path, "ab")  # noqa: SIM115  (kept open across commits)
         self._size = 0
-        fsync_dir(self.folder)  # the new name survives a crash too
+        fsync_path(self.folder)  # the new name survives a crash too
 
     def _run(self) -> None:
         stop = False

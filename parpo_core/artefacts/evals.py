@@ -20,7 +20,7 @@ from typing import Any
 from parpo_core.artefacts.errors import RegistryError
 from parpo_core.artefacts.jsonio import canonical_json, dumps, to_json
 from parpo_core.artefacts.layout import EVALS
-from parpo_core.durable import fsync_dir
+from parpo_core.durable import fsync_path
 
 SCHEMA_VERSION = 1
 SPLIT_RE = re.compile(r"^[A-Za-z0-9_.]+$")
@@ -78,7 +78,7 @@ def write_eval(
     finally:
         tmp.unlink(missing_ok=True)
     os.chmod(dst, 0o444)
-    fsync_dir(d)
+    fsync_path(d)
     return dst
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from parpo_core.artefacts.errors import RegistryError
 from parpo_core.artefacts.layout import LOCK, RESERVED, check_alias, is_alias_name, utc_now
-from parpo_core.durable import atomic_write_json, fsync_dir
+from parpo_core.durable import atomic_write_json, fsync_path
 
 HISTORY = 100  # entries kept in ``previous``
 
@@ -59,7 +59,7 @@ def remove(kind_dir: Path, kind: str, pointer: str) -> str:
     if old is None:
         raise RegistryError(f"{kind}: no alias {pointer!r} to remove")
     path(kind_dir, pointer).unlink()
-    fsync_dir(kind_dir)
+    fsync_path(kind_dir)
     return old["version"]
 
 
