@@ -72,6 +72,7 @@ def demo(
 
     rcfg = load_config("dice", None, ["train.progress_bar=false", *reward_over])
     rcfg.split.seed, rcfg.split.positives = cfg.split.seed, cfg.split.positives
+    rcfg.split.algorithm = cfg.split.algorithm
     rcfg.runtime.seed = cfg.runtime.seed
     console.print(f"3/8 train a DICE reward model on the {rcfg.split.name} split -> {run / 'registry'}")
     outcome = run_training(rcfg, data, run / "registry", run / "reward", None, label="dice")
