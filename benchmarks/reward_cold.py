@@ -50,7 +50,7 @@ def train(data_dir: Path, preset: str, split: str, seed: int, extra: list[str]):
         RewardConfig, "reward", preset, [f"split.name={split}", f"runtime.seed={seed}", *COMMON, *extra]
     )
     ds = Dataset(data_dir)
-    data = RewardData.load(ds, split, cfg.split.seed, cfg.split.positives)
+    data = RewardData.load(ds, split, cfg.split.seed, cfg.split.positives, cfg.split.algorithm)
     with tempfile.TemporaryDirectory(prefix="reward-cold-") as run:
         _, weights, meta = train_weights(cfg, ds, data, Path(run))
     return cfg, ds, data, weights, meta

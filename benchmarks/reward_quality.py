@@ -78,7 +78,7 @@ def one_run(
     ]
     cfg = load(RewardConfig, "reward", preset, over)
     t0 = time.perf_counter()
-    data = RewardData.load(data_dir, split, split_seed, cfg.split.positives)
+    data = RewardData.load(data_dir, split, split_seed, cfg.split.positives, cfg.split.algorithm)
     with tempfile.TemporaryDirectory(prefix="reward-quality-") as run:
         res = fit(cfg, data, run)
         losses = epoch_losses(res.logs, loss_epochs or [])
@@ -95,6 +95,7 @@ def one_run(
         "model": preset,
         "split": split,
         "split_seed": split_seed,
+        "split_algorithm": data.algorithm,
         "seed": seed,
         **{k: round(v, 5) for k, v in flat.items() if k in KEYS or k.startswith("diagnostics.")},
         **res.summary(),

@@ -72,7 +72,7 @@ def run_ours(data_dir: Path, cfg: RewardConfig) -> dict[str, Any]:
     from reward_models.training import fit
 
     t0, c0 = time.perf_counter(), time.process_time()
-    data = RewardData.load(data_dir, cfg.split.name, cfg.split.seed, cfg.split.positives)
+    data = RewardData.load(data_dir, cfg.split.name, cfg.split.seed, cfg.split.positives, cfg.split.algorithm)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="reward-train-") as run:
         res = fit(cfg, data, run)

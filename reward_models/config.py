@@ -20,6 +20,9 @@ class RewardSplitConfig(StrictModel):
 
     name: str = Field("intervened", description="temporal, intervened, cold_users, cold_items or native")
     seed: int = Field(0, description="split realisation")
+    algorithm: Literal[1, 2] = Field(
+        2, description="1: positive rows; 2: (user, item) pairs with all their rows (docs/splits.md)"
+    )
     positives: PositivesRule = PositivesRule()
 
 

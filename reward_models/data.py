@@ -19,7 +19,7 @@ import polars as pl
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.metrics import Csr, csr_from_pairs
-from data_pipelines.splits import PositivesRule, Split, load_split
+from data_pipelines.splits import ALGORITHM, PositivesRule, Split, load_split, meta_algorithm
 
 
 def index_pairs(frame: pl.DataFrame, users: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
@@ -37,6 +37,7 @@ class RewardData:
     fingerprint: str
     split: str
     seed: int
+    algorithm: int  # the split algorithm (data_pipelines.splits: 1 rows, 2 pairs)
     rule: PositivesRule
     users: pl.DataFrame  # id map: id, index
     items: pl.DataFrame
@@ -65,11 +66,16 @@ class RewardData:
 
     @classmethod
     def load(
-        cls, dataset: Dataset | str | Path, name: str, seed: int = 0, rule: PositivesRule | None = None
+        cls,
+        dataset: Dataset | str | Path,
+        name: str,
+        seed: int = 0,
+        rule: PositivesRule | None = None,
+        algorithm: int = ALGORITHM,
     ) -> RewardData:
         ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
         rule = rule or PositivesRule()
-        return cls.from_split(ds, load_split(ds, name, seed, rule), rule)
+        return cls.from_split(ds, load_split(ds, name, seed, rule, algorithm=algorithm), rule)
 
     @classmethod
     def from_split(cls, ds: Dataset, split: Split, rule: PositivesRule) -> RewardData:
@@ -95,6 +101,7 @@ class RewardData:
             fingerprint=ds.fingerprint,
             split=split.meta.get("name", ""),
             seed=int(split.meta.get("seed", 0)),
+            algorithm=meta_algorithm(split.meta),
             rule=rule,
             users=users,
             items=items,

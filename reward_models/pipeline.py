@@ -160,7 +160,7 @@ def train_and_publish(
     run = resolve_run_dir(KIND, run_dir)  # the ranks Lightning's DDP launcher starts in fit() read it back
     ds = Dataset(data_dir)
     s = cfg.split
-    data = RewardData.load(ds, s.name, s.seed, s.positives)
+    data = RewardData.load(ds, s.name, s.seed, s.positives, s.algorithm)
     result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume)
     if not result.is_global_zero:
         return None
@@ -178,7 +178,7 @@ def train_and_publish(
     lineage = Lineage(
         parent=parent,
         data_fingerprint=ds.fingerprint,
-        split=SplitRef(name=s.name, seed=s.seed, positives=s.positives),
+        split=SplitRef(name=s.name, seed=s.seed, algorithm=s.algorithm, positives=s.positives),
         seed=cfg.runtime.seed,
         extra={"source": ds.source, "backbone": cfg.model.backbone, "disentangle": cfg.model.disentangle},
     )
@@ -203,14 +203,17 @@ def evaluate_version(
     split: str | None = None,
     ks: list[int] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Evaluate a published version on ``data_dir`` (its own split recomputed there); add the eval file."""
+    """Evaluate a published version on ``data_dir`` (its own split recomputed there); add the eval file.
+
+    The split is cut with the version's own split algorithm: versions published before
+    it was recorded are evaluated on the algorithm-1 (row) split they were trained on."""
     reg = Registry(registry)
     v = reg.open(KIND, version)
     lin = v.lineage
     rule = PositivesRule.model_validate(lin.split.positives) if lin.split.positives else PositivesRule()
     name = split or lin.split.name
     ds = Dataset(data_dir)
-    data = RewardData.load(ds, name, lin.split.seed, rule)
+    data = RewardData.load(ds, name, lin.split.seed, rule, lin.split.algorithm)
     model = RewardModel.load(v.path, verify=False)  # just verified by open()
     uv, _ = model.user_vectors(data.user_ids(), cold_profiles(data.cold_profile))
     iv, _ = model.item_vectors(data.item_ids())
@@ -221,6 +224,7 @@ def evaluate_version(
     result |= {
         "split": name,
         "split_seed": lin.split.seed,
+        "split_algorithm": lin.split.algorithm,
         "data_fingerprint": ds.fingerprint,
         "cold_users": int((~np.isin(data.users["id"].to_numpy(), list(model.user_index))).sum()),
     }
@@ -229,6 +233,7 @@ def evaluate_version(
         "spearman_items": n,
         "seed": seed,
         "split_seed": lin.split.seed,
+        "split_algorithm": lin.split.algorithm,
         "positives": rule.canonical(),
     }
     path = reg.add_eval(KIND, v.name, ds.fingerprint, name, config, result)

@@ -1,13 +1,16 @@
 """Train/valid/test splits of a canonical dataset, written next to it.
 
-``DIR/splits/<name>/<seed>-<rule-hash>/`` holds ``meta.json`` and one parquet
-file per part. Protocols (``SPLITS``): ``temporal``, ``intervened``
+``DIR/splits/<name>/<seed>-<rule-hash>[-a<algorithm>]/`` holds ``meta.json`` and
+one parquet file per part. Protocols (``SPLITS``): ``temporal``, ``intervened``
 (RecBole-Debias), ``cold_users``, ``cold_items``, ``native``; which apply to a
-dataset depends on its source (``applicable_splits``). See docs/splits.md.
+dataset depends on its source (``applicable_splits``). Algorithms
+(``ALGORITHMS``): 1 assigns positive rows, 2 (``ALGORITHM``, the default)
+(user, item) pairs with all their rows. See docs/splits.md.
 """
 
 from data_pipelines.splits import protocols as _protocols  # noqa: F401  (fills SPLITS)
-from data_pipelines.splits.prepare import Prepared
+from data_pipelines.splits.overlap import pair_overlap
+from data_pipelines.splits.prepare import ALGORITHM, ALGORITHMS, Prepared
 from data_pipelines.splits.registry import (
     HISTORY_SPLITS,
     SPLITS,
@@ -20,6 +23,7 @@ from data_pipelines.splits.store import (
     Split,
     compute_split,
     load_split,
+    meta_algorithm,
     read_split,
     split_dir,
     train_popularity,
@@ -28,6 +32,8 @@ from data_pipelines.splits.store import (
 )
 
 __all__ = [
+    "ALGORITHM",
+    "ALGORITHMS",
     "HISTORY_SPLITS",
     "SPLITS",
     "PositivesRule",
@@ -38,6 +44,8 @@ __all__ = [
     "applicable_splits",
     "compute_split",
     "load_split",
+    "meta_algorithm",
+    "pair_overlap",
     "read_split",
     "split_dir",
     "train_popularity",

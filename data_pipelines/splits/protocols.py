@@ -1,8 +1,11 @@
 """The split protocols (see docs/splits.md for the table of parts and rules).
 
-Each takes a ``Prepared`` and returns its parts. Row-level randomness comes
-from ``Prepared.row_uniform`` (a stable hash of user, seq, seed and purpose),
-so a seed fixes the realisation and appends do not reshuffle old users.
+Each takes a ``Prepared`` and returns its parts. ``temporal``, ``intervened``
+and ``cold_users`` assign ``Prepared.warm_units`` (positive rows, or (user,
+item) pairs under split algorithm 2) and return the rows those units stand
+for. Randomness comes from ``Prepared.row_uniform`` (a stable hash of user,
+seq, seed and purpose; a pair uses its first positive's seq), so a seed fixes
+the realisation and appends do not reshuffle old users.
 """
 
 from __future__ import annotations
@@ -27,44 +30,48 @@ def _ceil_half(n: pl.Expr) -> pl.Expr:
 
 @register("temporal")
 def temporal(p: Prepared) -> dict[str, pl.DataFrame]:
-    """Per warm user: last positive -> test, the one before -> valid, the rest -> train.
+    """Per warm user: last unit -> test, the one before -> valid, the rest -> train.
 
-    Users with fewer than 3 positives keep all of them in train. "Last" is by
-    ts (nulls last), then seq, then input order.
+    A unit is a positive (algorithm 1) or a (user, item) pair with all its
+    positives, ordered by its first one (algorithm 2). Users with fewer than 3
+    units keep all of them in train. "Last" is by ts (nulls last), then seq,
+    then input order.
     """
-    pos = p.warm_positives
+    pos = p.warm_units
     held = pl.col("__np") >= 3
     test = held & (pl.col("__prank") == pl.col("__np") - 1)
     valid = held & (pl.col("__prank") == pl.col("__np") - 2)
     return {
-        "train": pos.filter(~test & ~valid),
-        "valid": pos.filter(valid),
-        "test": pos.filter(test),
+        "train": p.rows_of(pos.filter(~test & ~valid)),
+        "valid": p.rows_of(pos.filter(valid)),
+        "test": p.rows_of(pos.filter(test)),
         **p.cold_parts(),
     }
 
 
 @register("intervened")
 def intervened(p: Prepared) -> dict[str, pl.DataFrame]:
-    """RecBole-Debias intervened split, per warm user with ``n`` positives.
+    """RecBole-Debias intervened split, per warm user with ``n`` units (positives, or
+    (user, item) pairs with all their positives under algorithm 2).
 
-    1. ceil(n/2) positives, uniformly at random, form the normal set;
+    1. ceil(n/2) units, uniformly at random, form the normal set;
     2. from the other ``r = n - ceil(n/2)``, ``m = ceil(r/2)`` are drawn without
-       replacement, weight ``max_item_count / item_count`` (counts: positives on
+       replacement, weight ``max_item_count / item_count`` (counts: units on
        all data), by successive sampling (Efraimidis–Spirakis keys); the
-       undrawn rows are dropped;
-    3. the ``m`` intervened rows, in random order: ceil(m/2) test, then
-       floor((m - ceil(m/2)) / 2) valid, the remainder train (so one row -> test,
+       undrawn units are dropped;
+    3. the ``m`` intervened units, in random order: ceil(m/2) test, then
+       floor((m - ceil(m/2)) / 2) valid, the remainder train (so one unit -> test,
        a remainder of one -> train);
     4. train = normal + intervened-train.
     """
     counts = p.item_counts
     max_count = counts.get_column("count").max()
-    pos = p.warm_positives.join(counts, on="item_id", how="left").with_columns(
+    units = p.warm_units
+    pos = units.join(counts, on="item_id", how="left").with_columns(
         (pl.lit(max_count, dtype=pl.Float64) / pl.col("count")).alias("__w"),
-        p.row_uniform(p.warm_positives, "intervened/normal").alias("__u1"),
-        p.row_uniform(p.warm_positives, "intervened/draw").alias("__u2"),
-        p.row_uniform(p.warm_positives, "intervened/order").alias("__u3"),
+        p.row_uniform(units, "intervened/normal").alias("__u1"),
+        p.row_uniform(units, "intervened/draw").alias("__u2"),
+        p.row_uniform(units, "intervened/order").alias("__u3"),
     )
     normal = order_in_group(pl.col("__u1"), "user_id") < _ceil_half(pl.col("__np"))
     pos = pos.with_columns(normal.alias("__normal"))
@@ -77,30 +84,34 @@ def intervened(p: Prepared) -> dict[str, pl.DataFrame]:
     drawn = drawn.with_columns(order_in_group(pl.col("__u3"), "user_id").alias("__r"))
     is_test = pl.col("__r") < n_test
     is_valid = ~is_test & (pl.col("__r") < n_test + n_valid)
+    train = pl.concat([pos.filter("__normal"), drawn.filter(~is_test & ~is_valid)], how="diagonal")
     return {
-        "train": pl.concat([pos.filter("__normal"), drawn.filter(~is_test & ~is_valid)], how="diagonal"),
-        "valid": drawn.filter(is_valid),
-        "test": drawn.filter(is_test),
+        "train": p.rows_of(train),
+        "valid": p.rows_of(drawn.filter(is_valid)),
+        "test": p.rows_of(drawn.filter(is_test)),
         **p.cold_parts(),
     }
 
 
 @register("cold_users")
 def cold_users(p: Prepared) -> dict[str, pl.DataFrame]:
-    """Train on warm users' positives; valid = the last positive of a further ~10% of
-    warm users (a hash of user and seed); test = the cold users' ``cold_test``."""
-    pos = p.warm_positives
+    """Train on warm users' positives; valid = the last unit (positive, or pair with all
+    its positives under algorithm 2) of a further ~10% of warm users (a hash of user
+    and seed); test = the cold users' ``cold_test``."""
+    pos = p.warm_units
     pos = pos.with_columns((p.user_uniform(pos, "cold_users/valid") < VALID_FRACTION).alias("__vu"))
     valid = pl.col("__vu") & (pl.col("__prank") == pl.col("__np") - 1)
     cold = p.cold_parts()
-    return {"train": pos.filter(~valid), "valid": pos.filter(valid), "test": cold["cold_test"], **cold}
+    train, held = p.rows_of(pos.filter(~valid)), p.rows_of(pos.filter(valid))
+    return {"train": train, "valid": held, "test": cold["cold_test"], **cold}
 
 
 @register("cold_items")
 def cold_items(p: Prepared) -> dict[str, pl.DataFrame]:
     """~10% of items (a hash of item and seed) with all their warm positives -> test; a
     further ~10% of the remaining items with theirs -> valid (so model selection
-    also sees item cold start); the rest -> train."""
+    also sees item cold start); the rest -> train. Whole items move, so no pair
+    crosses parts under either algorithm."""
     pos = p.warm_positives
     ih = id_hash64(pos.get_column("item_id"), p.seed).to_numpy()
     cold = uniform(ih, "cold_items") < COLD_ITEM_FRACTION

@@ -1,9 +1,11 @@
 """Split folders on disk: write (atomically), load (recomputing when stale), popularity.
 
-Layout: ``DIR/splits/<name>/<seed>-<rule-hash>/`` holding ``meta.json`` and one
-parquet file per part (``train``, ``valid``, ``test``, plus ``cold_profile``
+Layout: ``DIR/splits/<name>/<seed>-<rule-hash>[-a<algorithm>]/`` holding
+``meta.json`` and one parquet file per part (``train``, ``valid``, ``test``, plus ``cold_profile``
 and ``cold_test`` where the protocol sets cold users aside), each with the
-canonical interaction columns, sorted by user, ts, seq.
+canonical interaction columns, sorted by user, ts, seq. Algorithm 1 (rows) keeps
+the folder name splits had before algorithms were numbered, so those load as
+algorithm 1; their ``meta.json`` has no ``algorithm`` and means 1.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pyarrow.parquet as pq
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.schema import INTERACTIONS, SCHEMA_VERSION, polars_schema, to_arrow
-from data_pipelines.splits.prepare import COLUMNS, ORDER, Prepared
+from data_pipelines.splits.prepare import ALGORITHM, COLUMNS, ORDER, ROWS, Prepared, check_algorithm
 from data_pipelines.splits.registry import SPLITS, applicable_for
 from data_pipelines.splits.rule import PositivesRule
 from parpo_core.durable import atomic_write_json, publish_dir, temp_sibling
@@ -54,13 +56,23 @@ class Split:
         return {k: getattr(self, k) for k in PARTS if k in self.meta.get("counts", {})}
 
 
-def split_dir(dataset: Dataset, name: str, seed: int = 0, rule: PositivesRule | None = None) -> Path:
-    """``DIR/splits/<name>/<seed>-<rule-hash>``."""
+def split_dir(
+    dataset: Dataset, name: str, seed: int = 0, rule: PositivesRule | None = None, algorithm: int = ALGORITHM
+) -> Path:
+    """``DIR/splits/<name>/<seed>-<rule-hash>`` for algorithm 1, ``...-a<algorithm>`` otherwise."""
     rule = rule or PositivesRule()
-    return dataset.root / "splits" / name / f"{seed}-{rule.rule_hash()}"
+    suffix = "" if algorithm == ROWS else f"-a{algorithm}"
+    return dataset.root / "splits" / name / f"{seed}-{rule.rule_hash()}{suffix}"
 
 
-def _check_name(source: str, name: str) -> None:
+def meta_algorithm(meta: dict[str, Any]) -> int:
+    """The split algorithm a ``meta.json`` records; 1 for splits written before it was recorded."""
+    return int(meta.get("algorithm", ROWS))
+
+
+def _check_name(source: str, name: str, algorithm: int) -> None:
+    check_algorithm(algorithm)
+    SPLITS[name]  # an unknown name is one error line naming the closest
     ok = applicable_for(source)
     if name not in ok:
         raise DataError(f"split '{name}' does not apply to {source} datasets; applicable: {', '.join(ok)}")
@@ -71,21 +83,24 @@ def compute_split(
     name: str,
     seed: int = 0,
     rule: PositivesRule | None = None,
+    algorithm: int = ALGORITHM,
     *,
     prepared: Prepared | None = None,
 ) -> Split:
     """Cut the split in memory (nothing written). ``prepared`` reuses a shared read of the data."""
     rule = rule or PositivesRule()
-    _check_name(dataset.source, name)
-    p = prepared if prepared is not None else Prepared.of(dataset, seed, rule)
-    if (p.seed, p.rule.rule_hash(), p.fingerprint) != (seed, rule.rule_hash(), dataset.fingerprint):
-        raise ValueError("prepared data is for another seed, rule or dataset")
+    _check_name(dataset.source, name, algorithm)
+    p = prepared if prepared is not None else Prepared.of(dataset, seed, rule, algorithm)
+    want = (seed, rule.rule_hash(), dataset.fingerprint, algorithm)
+    if (p.seed, p.rule.rule_hash(), p.fingerprint, p.algorithm) != want:
+        raise ValueError("prepared data is for another seed, rule, dataset or algorithm")
     raw = SPLITS[name](p)
     parts = {k: raw[k].sort(ORDER, nulls_last=True).select(COLUMNS) for k in PARTS if k in raw}
     meta = {
         "format_version": FORMAT_VERSION,
         "name": name,
         "seed": seed,
+        "algorithm": algorithm,
         "rule": rule.canonical(),
         "rule_hash": rule.rule_hash(),
         "data_fingerprint": dataset.fingerprint,
@@ -111,13 +126,15 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
     return meta
 
 
-def _is_current(path: Path, dataset: Dataset) -> bool:
-    return _is_current_fingerprint(path, dataset.fingerprint)
+def _is_current(path: Path, dataset: Dataset, algorithm: int) -> bool:
+    return _is_current_fingerprint(path, dataset.fingerprint, algorithm)
 
 
-def _is_current_fingerprint(path: Path, fingerprint: str) -> bool:
+def _is_current_fingerprint(path: Path, fingerprint: str, algorithm: int) -> bool:
     meta = _read_meta(path)
-    return meta is not None and meta.get("data_fingerprint") == fingerprint
+    return (
+        meta is not None and meta.get("data_fingerprint") == fingerprint and meta_algorithm(meta) == algorithm
+    )
 
 
 def save_split(split: Split, target: Path) -> Path:
@@ -128,19 +145,19 @@ def save_split(split: Split, target: Path) -> Path:
     out and deleted.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    fingerprint = split.meta["data_fingerprint"]
+    fingerprint, algorithm = split.meta["data_fingerprint"], meta_algorithm(split.meta)
     tmp = temp_sibling(target)
     tmp.mkdir()
     try:
         for k, df in split.parts().items():
             pq.write_table(to_arrow(df, INTERACTIONS), tmp / f"{k}.parquet", compression="zstd")
         atomic_write_json(tmp / META, split.meta)
-        if not _is_current_fingerprint(target, fingerprint):
+        if not _is_current_fingerprint(target, fingerprint, algorithm):
             try:
                 publish_dir(tmp, target, replace=True)
             except OSError:
                 # Another writer published between our check and rename; keep theirs if current.
-                if not _is_current_fingerprint(target, fingerprint):
+                if not _is_current_fingerprint(target, fingerprint, algorithm):
                     raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -153,29 +170,36 @@ def write_split(
     name: str,
     seed: int = 0,
     rule: PositivesRule | None = None,
+    algorithm: int = ALGORITHM,
     *,
     prepared: Prepared | None = None,
 ) -> Path:
-    """Write ``name`` (one realisation: ``seed``, ``rule``) under the dataset; returns its folder.
+    """Write ``name`` (one realisation: ``seed``, ``rule``, ``algorithm``) under the dataset;
+    returns its folder.
 
-    A folder already current for the dataset's fingerprint is kept as is.
-    Raises ``DataError`` for an unknown split or one that does not apply to the source.
+    A folder already current for the dataset's fingerprint is kept as is. Raises
+    ``DataError`` for an unknown split or algorithm, or a split that does not apply to the source.
     """
     rule = rule or PositivesRule()
-    _check_name(dataset.source, name)
-    target = split_dir(dataset, name, seed, rule)
-    if _is_current(target, dataset):
+    _check_name(dataset.source, name, algorithm)
+    target = split_dir(dataset, name, seed, rule, algorithm)
+    if _is_current(target, dataset, algorithm):
         return target
-    return save_split(compute_split(dataset, name, seed, rule, prepared=prepared), target)
+    return save_split(compute_split(dataset, name, seed, rule, algorithm, prepared=prepared), target)
 
 
-def write_all(dataset: Dataset, seed: int = 0, rule: PositivesRule | None = None) -> dict[str, Path]:
+def write_all(
+    dataset: Dataset, seed: int = 0, rule: PositivesRule | None = None, algorithm: int = ALGORITHM
+) -> dict[str, Path]:
     """Write every split that applies to the dataset's source; the data are read once."""
     rule = rule or PositivesRule()
+    check_algorithm(algorithm)
     names = applicable_for(dataset.source)
-    todo = [n for n in names if not _is_current(split_dir(dataset, n, seed, rule), dataset)]
-    prepared = Prepared.of(dataset, seed, rule) if todo else None
-    return {n: write_split(dataset, n, seed, rule, prepared=prepared) for n in names}
+    todo = [
+        n for n in names if not _is_current(split_dir(dataset, n, seed, rule, algorithm), dataset, algorithm)
+    ]
+    prepared = Prepared.of(dataset, seed, rule, algorithm) if todo else None
+    return {n: write_split(dataset, n, seed, rule, algorithm, prepared=prepared) for n in names}
 
 
 def read_split(path: Path) -> Split:
@@ -193,8 +217,9 @@ def load_split(
     seed: int = 0,
     rule: PositivesRule | None = None,
     compute_missing: bool = True,
+    algorithm: int = ALGORITHM,
 ) -> Split:
-    """The split ``name`` for this dataset, seed and rule.
+    """The split ``name`` for this dataset, seed, rule and algorithm.
 
     Read from disk when its ``data_fingerprint`` matches the dataset's; otherwise
     (missing, stale, damaged) computed on the fly and written, or, where the
@@ -202,9 +227,9 @@ def load_split(
     With ``compute_missing=False`` a missing or stale split is a ``DataError``.
     """
     rule = rule or PositivesRule()
-    _check_name(dataset.source, name)
-    target = split_dir(dataset, name, seed, rule)
-    if _is_current(target, dataset):
+    _check_name(dataset.source, name, algorithm)
+    target = split_dir(dataset, name, seed, rule, algorithm)
+    if _is_current(target, dataset, algorithm):
         return read_split(target)
     if not compute_missing:
         if not target.exists():
@@ -214,7 +239,7 @@ def load_split(
         else:
             state = "stale (written for other data)"
         raise DataError(f"{target}: split is {state}; recompute it (compute_missing=True)")
-    split = compute_split(dataset, name, seed, rule)
+    split = compute_split(dataset, name, seed, rule, algorithm)
     try:
         save_split(split, target)
     except PermissionError:

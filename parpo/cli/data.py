@@ -47,7 +47,9 @@ def _write_splits(out: Path, cfg) -> None:
     from data_pipelines.splits import write_all
     from parpo.cli.console import console
 
-    paths = write_all(Dataset(out), seed=cfg.split.seed, rule=cfg.split.positives)
+    paths = write_all(
+        Dataset(out), seed=cfg.split.seed, rule=cfg.split.positives, algorithm=cfg.split.algorithm
+    )
     if paths:
         console.print(f"splits: {', '.join(sorted(paths))} (seed {cfg.split.seed})")
 
@@ -165,7 +167,9 @@ def split(
     from parpo.cli.console import console
 
     cfg = _config(config, overrides)
-    path = write_split(Dataset(dataset), name, seed=cfg.split.seed, rule=cfg.split.positives)
+    path = write_split(
+        Dataset(dataset), name, seed=cfg.split.seed, rule=cfg.split.positives, algorithm=cfg.split.algorithm
+    )
     meta = json.loads((path / "meta.json").read_text())
     console.print(f"{name} (seed {cfg.split.seed}): {path}")
     console.print(json.dumps(meta.get("counts", {})))

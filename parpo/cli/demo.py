@@ -47,7 +47,7 @@ def demo(
     )
     rcfg = reward_config("dice", None, [
         "train.progress_bar=false", *(o.removeprefix("reward.") for o in over if o.startswith("reward.")),
-        f"split.seed={cfg.split.seed}", f"runtime.seed={cfg.runtime.seed}",
+        f"split.seed={cfg.split.seed}", f"split.algorithm={cfg.split.algorithm}", f"runtime.seed={cfg.runtime.seed}",
     ])  # fmt: skip
     rcfg = rcfg.model_copy(update={"split": rcfg.split.model_copy(update={"positives": cfg.split.positives})})
     pcfg = policy_config("default", None, None, [

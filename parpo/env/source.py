@@ -5,8 +5,8 @@ catalogue, reward model and (synthetic data) the ground truth.
     env = src.env()                                     # a BatchEnv
     obs = env.reset(src.tasks("warm"))
 
-The split is the one named in the reward version's lineage (name, seed, positives rule), so
-the reward model never saw an evaluation task.
+The split is the one named in the reward version's lineage (name, seed, algorithm, positives
+rule), so the reward model never saw an evaluation task.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class EnvSource:
                 f"{data_dir}: data fingerprint {ds.fingerprint[:12]} is not the one reward version "
                 f"{v.name} was trained on ({v.lineage.data_fingerprint[:12]})"
             )
-        split = load_split(ds, ref.name, ref.seed, rule)
+        split = load_split(ds, ref.name, ref.seed, rule, algorithm=ref.algorithm)
         return cls(
             dataset=ds,
             split=split,

@@ -84,7 +84,7 @@ def compare_policies(
     names = [r["policy_version"] for _, r in evals]
     if len(set(names)) != len(names):
         raise UserError(f"--policies {' '.join(versions)}: names the same version twice ({', '.join(names)})")
-    keys = {(r["data_fingerprint"], r["split"]) for _, r in evals}
+    keys = {(r["data_fingerprint"], r["split"], r["split_algorithm"]) for _, r in evals}
     if len(keys) != 1:
         raise UserError(
             f"--policies: {', '.join(names)} were trained on different data or splits "

@@ -83,6 +83,7 @@ def evaluate_policy(
         "reward_version": bundle.reward_version,
         "data_fingerprint": src.dataset.fingerprint,
         "split": bundle.version.lineage.split.name,
+        "split_algorithm": bundle.version.lineage.split.algorithm,
         "greedy": greedy,
     }
     frames = []

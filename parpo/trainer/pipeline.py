@@ -65,7 +65,9 @@ def train_and_publish(
     lineage = Lineage(
         reward=source.reward_version,
         data_fingerprint=source.dataset.fingerprint,
-        split=SplitRef(name=split.name, seed=split.seed, positives=split.positives),
+        split=SplitRef(
+            name=split.name, seed=split.seed, algorithm=split.algorithm, positives=split.positives
+        ),
         seed=cfg.runtime.seed,
         extra={
             "source": source.dataset.source,

@@ -56,6 +56,12 @@ class SplitRef(BaseModel):
 
     name: str
     seed: int = 0
+    algorithm: int = Field(
+        1,
+        ge=1,
+        description="Split algorithm: 1 = positive rows, 2 = (user, item) pairs. Lineages written "
+        "before it was recorded hold none: their split is algorithm 1.",
+    )
     positives: dict[str, Any] = Field(
         default_factory=dict, description="The positives rule as a dict (PositivesRule.model_dump())."
     )

@@ -68,7 +68,7 @@ def pseudo_cold(train: pl.DataFrame) -> pl.DataFrame:
 def prepare(ds: Dataset, data: RewardData, cfg: RewardConfig, branches: list[str]) -> Stage1Data:
     """Spec, item side arrays and warm users' logs of ``data``'s split; an untrained ``ProfileModel``."""
     s1 = cfg.stage1
-    train = load_split(ds, data.split, data.seed, data.rule).train
+    train = load_split(ds, data.split, data.seed, data.rule, algorithm=data.algorithm).train
     ref = train["ts"].max()
     ref_time = ref.timestamp() if ref is not None else 0.0
     users_table = ds.table("users") if s1.user_features else None

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.plugins.data import real_data
@@ -82,6 +83,8 @@ def test_config_errors_name_the_key(tmp_path):
     assert "unknown key 'split.sed' (did you mean 'seed'?)" in line
     line = _one_error_line(run(*base, "runtime.devices=zero"))
     assert "runtime.devices" in line
+    line = _one_error_line(run(*base, "split.algorithm=3"))
+    assert "split.algorithm" in line and "1 or 2" in line
     bad = tmp_path / "bad.yaml"
     bad.write_text("runtime:\n  thread: 2\n")
     line = _one_error_line(run(*base, "--config", str(bad)))
@@ -108,6 +111,31 @@ def test_ingest_writes_summary_rejects_and_resolved_config(tmp_path):
     assert res.returncode == 0 and "already ingested" in res.stdout
     res = run("data", "summary", str(out), "--json")
     assert json.loads(res.stdout)["rows_rejected"] == 1
+
+
+def test_data_split_cuts_the_algorithm_asked_for(tmp_path):
+    csv = tmp_path / "a.csv"
+    rows = [
+        f"u{u},i{i},{1700000000 + 10 * i},{e}" for u in range(3) for i in range(4) for e in ("click", "buy")
+    ]
+    csv.write_text("user_id,item_id,ts,event\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "ds"
+    assert (
+        run("data", "ingest", "-s", "canonical", "-i", str(csv), "-o", str(out), "--no-splits").returncode
+        == 0
+    )
+    # 3 warm users (none cold under seed 0), 4 items each, each clicked then bought: rows put
+    # the last buy (i3) in test and its click in valid; pairs put i3's two rows in test, i2's in valid.
+    for algorithm, suffix, valid_item in ((1, "", "i3"), (2, "-a2", "i2")):
+        res = run("data", "split", str(out), "--name", "temporal", f"split.algorithm={algorithm}")
+        assert res.returncode == 0, res.stderr
+        (path,) = (out / "splits" / "temporal").glob(f"0-*{suffix}")
+        assert json.loads((path / "meta.json").read_text())["algorithm"] == algorithm
+        test, valid = (pl.read_parquet(path / f"{k}.parquet") for k in ("test", "valid"))
+        assert test.get_column("item_id").unique().to_list() == ["i3"] and test.height == 3 * algorithm
+        assert (
+            valid.get_column("item_id").unique().to_list() == [valid_item] and valid.height == 3 * algorithm
+        )
 
 
 @pytest.mark.realdata

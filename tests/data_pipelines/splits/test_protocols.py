@@ -177,7 +177,7 @@ def test_cold_users_split(long_tail, prepared):
     assert valid_users.is_unique().all()  # one row per validation user
     # ~10% of 270 warm users: Binomial mean 27, sd 4.9.
     assert 8 <= valid_users.len() <= 50
-    last = prepared.warm_positives.filter(pl.col("__prank") == pl.col("__np") - 1)
+    last = prepared.warm_units.filter(pl.col("__prank") == pl.col("__np") - 1)
     assert keys(s.valid) <= keys(last)
     assert s.train.height + s.valid.height == prepared.warm_positives.height
 

@@ -17,7 +17,7 @@ from data_pipelines.splits import (
     write_all,
     write_split,
 )
-from parpo_core.errors import DataError
+from parpo_core.errors import DataError, UserError
 
 from .helpers import long_tail_rows, make_dataset
 
@@ -30,9 +30,9 @@ def ds(tmp_path):
 def test_write_split_layout_and_meta(ds):
     rule = PositivesRule(events=("click", "buy"), weights={"buy": 2.0})
     path = write_split(ds, "temporal", seed=2, rule=rule)
-    assert path == ds.root / "splits" / "temporal" / f"2-{rule.rule_hash()}"
+    assert path == ds.root / "splits" / "temporal" / f"2-{rule.rule_hash()}-a2"
     meta = json.loads((path / "meta.json").read_text())
-    assert meta["name"] == "temporal" and meta["seed"] == 2
+    assert meta["name"] == "temporal" and meta["seed"] == 2 and meta["algorithm"] == 2
     assert meta["rule"] == {"events": ["click", "buy"], "min_value": None, "weights": {"buy": 2.0}}
     assert meta["rule_hash"] == rule.rule_hash()
     assert meta["data_fingerprint"] == ds.fingerprint
@@ -99,7 +99,7 @@ def test_load_split_recomputes_a_damaged_folder(ds):
 
 def test_unknown_split_name(ds):
     with pytest.raises(
-        DataError, match="split 'tmporal' does not apply to canonical datasets; applicable: temporal"
+        UserError, match="unknown split 'tmporal' \\(did you mean 'temporal'\\?\\); known: cold_items"
     ):
         write_split(ds, "tmporal")
     with pytest.raises(DataError, match="does not apply"):

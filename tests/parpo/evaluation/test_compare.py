@@ -80,6 +80,18 @@ def test_paired_differences_by_hand():
 
 
 @pytest.mark.integration
+def test_a_policy_carries_its_reward_versions_split_algorithm(two_policies, tiny_synth):  # noqa: F811
+    from parpo_core.artefacts import Registry
+
+    reg, (v1, _) = two_policies
+    policy = Registry(reg).open("policy", v1)
+    reward = Registry(reg).open("reward", policy.lineage.reward)
+    assert policy.lineage.split == reward.lineage.split and policy.lineage.split.algorithm == 2
+    _, result = evaluate_policy(reg, tiny_synth, v1)
+    assert result["split_algorithm"] == 2
+
+
+@pytest.mark.integration
 def test_compare_records_paired_differences_in_each_version(two_policies, tiny_synth):  # noqa: F811
     reg, (v1, v2) = two_policies
     args = ("eval", "compare", "-r", str(reg), "--policies", v1[:7], v2[:7], "-d", str(tiny_synth),
