@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from data_pipelines.adapters import open_source
+from data_pipelines.ingest import ingest
 from data_pipelines.synth import SynthConfig, write
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -27,3 +29,12 @@ def tiny_synth(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("reward-synth") / "data"
     write(TINY, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def obd(tmp_path_factory) -> tuple[Path, Path]:
+    """(the small Open Bandit Dataset ingested once, its prior_bts.yaml)."""
+    src = real_data("open-bandit-dataset-small")
+    out = tmp_path_factory.mktemp("obd") / "ds"
+    ingest(open_source("obd", src), out)
+    return out, src / "prior_bts.yaml"
