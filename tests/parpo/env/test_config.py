@@ -1,4 +1,5 @@
-"""The env config group: the shipped preset loads; bad keys and weights are one-line errors."""
+"""The env config (the ``env`` section of the ``policy`` group): the preset keeps its defaults;
+bad keys and weights are one-line errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from parpo.env import EnvConfig
 from parpo.presets import ConfigError, load
 
 
-def test_default_preset_is_the_model_default():
-    assert load(EnvConfig, "env", "default") == EnvConfig()
+def test_the_policy_preset_keeps_the_env_defaults():
+    from parpo.trainer.config import PolicyTrainConfig
+
+    assert load(PolicyTrainConfig, "policy", "default").env == EnvConfig()
 
 
 @pytest.mark.parametrize(
@@ -24,5 +27,5 @@ def test_default_preset_is_the_model_default():
 )
 def test_bad_config_names_the_key(override, message):
     with pytest.raises(ConfigError) as e:
-        load(EnvConfig, "env", "default", [override])
+        load(EnvConfig, "env", None, [override])
     assert message in str(e.value)
