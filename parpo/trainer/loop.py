@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from data_pipelines.errors import DataError
 from parpo.algorithms import AnchorStore, build_optimizers, compute_advantages, compute_loss
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
@@ -112,8 +113,12 @@ class PolicyTrainer:
         env = src.env(self.preference_transform)
         tasks = src.tasks("train")
         if not tasks:
-            raise ValueError(
-                "the split's train part yields no training tasks (no item with a category or attributes)"
+            meta = src.split.meta
+            raise DataError(
+                f"{src.dataset.root}: no training task: the train part of the {meta.get('name', '')} split "
+                f"holds no positive interaction (positive events: "
+                f"{', '.join(meta.get('rule', {}).get('events', [])) or 'none'}); log positive events "
+                "or change the positives rule"
             )
         user_index = src.reward_model.user_index
         state = {
