@@ -64,12 +64,17 @@ def _section(
 def _intervals(frames: Sequence[pl.DataFrame], sample: EvalSample) -> dict[str, dict[str, list[float]]]:
     """agent -> metric -> [low, high]: 95% percentile bootstrap intervals of the means, every
     agent and metric on the same task resamples (the frames' rows are the same tasks in order)."""
-    cells = [(f["agent"][0], m) for f in frames for m in METRICS if m in f.columns]
-    columns = {(f["agent"][0], m): f[m] for f in frames for m in METRICS if m in f.columns}
-    terms = {str(j): Terms(columns[c].to_numpy().astype(np.float64)) for j, c in enumerate(cells)}
-    stats, _ = bootstrap(terms, n_boot=sample.n_boot, seed=sample.seed)
+    cells = [
+        (f["agent"][0], m, f[m].to_numpy().astype(np.float64))
+        for f in frames
+        for m in METRICS
+        if m in f.columns
+    ]
+    stats, _ = bootstrap(
+        {str(j): Terms(v) for j, (_, _, v) in enumerate(cells)}, n_boot=sample.n_boot, seed=sample.seed
+    )
     out: dict[str, dict[str, list[float]]] = {}
-    for j, (agent, m) in enumerate(cells):
+    for j, (agent, m, _) in enumerate(cells):
         out.setdefault(agent, {})[m] = [stats[str(j)]["ci_low"], stats[str(j)]["ci_high"]]
     return out
 
