@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from parpo.env.cache import BoundedCache
 from parpo.env.schema import ACTION_SCHEMA_VERSION, Constraints, Recommend, Request, Search
 from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
@@ -25,6 +26,8 @@ from serving.schemas import ActRequest
 
 #: ``explore`` at or below this is greedy serving.
 GREEDY = 0.0
+#: Agents kept (one per temperature; least recently used evicted): clients choose ``explore`` freely.
+AGENT_LIMIT = 32
 
 
 @dataclass
@@ -41,7 +44,8 @@ class LoadedModel:
     seed: int
     loaded_at: float = field(default_factory=time.time)
     decile: dict[str, int] = field(default_factory=dict)  # item -> popularity decile (0: least popular)
-    _agents: dict[float, PolicyAgent] = field(default_factory=dict)
+    _agents: BoundedCache[float, PolicyAgent] = field(default_factory=lambda: BoundedCache(AGENT_LIMIT))
+    _made: int = 0  # agents created so far
 
     @classmethod
     def load(cls, registry: str, version: str | None, seed: int) -> LoadedModel:
@@ -56,11 +60,14 @@ class LoadedModel:
         return self.bundle.version.name
 
     def _agent(self, temperature: float) -> PolicyAgent:
-        # One agent (and one generator) per temperature for the life of the version: a fresh
-        # seed per batch would repeat the same draws for identical requests.
-        if temperature not in self._agents:
-            self._agents[temperature] = self.bundle.agent(temperature, self.seed)
-        return self._agents[temperature]
+        # One agent (and one generator) per temperature for as long as it is kept: a fresh seed
+        # per batch would repeat the same draws for identical requests, so an agent made again
+        # after eviction gets a seed no earlier agent had.
+        return self._agents.lookup([temperature], lambda t: [self._new_agent(t[0])])[0]
+
+    def _new_agent(self, temperature: float) -> PolicyAgent:
+        self._made += 1
+        return self.bundle.agent(temperature, self.seed + self._made - 1)
 
     def warm(self, n_samples: int, temperature: float) -> None:
         """Run one request through every code path a real one takes (first-call costs paid here)."""

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from parpo.cli.policy import FULL_OPTION, TASKS_OPTION, eval_sample
+
 app = typer.Typer(help="Evaluate policies offline on logged data.", no_args_is_help=True)
 
 OBD_POLICIES = ("uniform", "obd-bts")
@@ -224,6 +226,8 @@ def compare(
     ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling and the resamples.")] = 0,
     n_boot: Annotated[int, typer.Option("--n-boot", min=2, help="Bootstrap resamples of the tasks.")] = 1000,
+    tasks: Annotated[int | None, TASKS_OPTION] = None,
+    full: Annotated[bool, FULL_OPTION] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Evaluate policy versions on the same held-out tasks and record, in each version's evals/,
@@ -231,7 +235,9 @@ def compare(
     from parpo.evaluation.compare import compare_policies
 
     versions = _versions(policies, ctx)
-    paths, results = compare_policies(registry, data, versions, greedy=not sample, seed=seed, n_boot=n_boot)
+    paths, results = compare_policies(
+        registry, data, versions, greedy=not sample, seed=seed, n_boot=n_boot, sample=eval_sample(tasks, full)
+    )
     if as_json:
         typer.echo(json.dumps(results, indent=2))
         return

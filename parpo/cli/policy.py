@@ -102,6 +102,24 @@ def train(
     typer.echo(f"published {outcome.version.label}")
 
 
+TASKS_OPTION = typer.Option(
+    "--tasks", min=1, help="Tasks per part (warm, cold), a hash-stable sample (default 2000)."
+)
+FULL_OPTION = typer.Option("--full", help="Evaluate every task (no sample), plan selection included.")
+
+
+def eval_sample(tasks: int | None, full: bool) -> Any:
+    """The ``EvalSample`` of the ``--tasks`` / ``--full`` options."""
+    from parpo.evaluation.sample import EvalSample
+    from parpo_core.errors import UserError
+
+    if full and tasks is not None:
+        raise UserError("--tasks and --full exclude each other: --full evaluates every task")
+    if full:
+        return EvalSample.full()
+    return EvalSample() if tasks is None else EvalSample(warm=tasks, cold=tasks)
+
+
 @app.command("eval")
 def eval_(
     registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
@@ -116,12 +134,16 @@ def eval_(
         ),
     ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling (with --sample).")] = 0,
+    tasks: Annotated[int | None, TASKS_OPTION] = None,
+    full: Annotated[bool, FULL_OPTION] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
 ) -> None:
     """Evaluate a policy on warm and cold held-out tasks next to the reference agents; record evals/."""
     from parpo.evaluation.policy_eval import evaluate_policy
 
-    path, result = evaluate_policy(registry, data, version, greedy=not sample, seed=seed)
+    path, result = evaluate_policy(
+        registry, data, version, greedy=not sample, seed=seed, sample=eval_sample(tasks, full)
+    )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -134,7 +156,9 @@ def print_eval(result: dict[str, Any], path: Path) -> None:
 
     for part in ("warm", "cold"):
         r = result[part]
-        console.print(f"[bold]{part}[/bold] ({r['n_tasks']} tasks)")
+        available = r.get("tasks_available", r["n_tasks"])
+        of = f" of {available}, hash-stable sample" if available > r["n_tasks"] else ""
+        console.print(f"[bold]{part}[/bold] ({r['n_tasks']}{of} tasks)")
         if r["n_tasks"]:
             console.print(f"  policy         {_line(r.get('policy', {}))}")
             for name, m in r["baselines"].items():

@@ -131,23 +131,34 @@ class GreedyRewardAgent:
     reward_model: RewardModel
     name: str = "greedy_reward"
     oracle: bool = True
+    #: (user, item) pairs scored per reward-model call: an open request's pool is the whole
+    #: catalogue, so a batch of them would otherwise gather tasks x items vectors at once.
+    max_pairs: int = 1 << 21
 
     def act(self, observations: Sequence[Observation]) -> list[Search | Filter | Recommend]:
-        pools, users, items, profiles = [], [], [], {}
-        for obs in observations:
-            c, r = obs.catalogue, obs.task.request
-            pool = np.flatnonzero(c.mask(r.category, r.constraints))
-            if pool.size == 0:
-                pool = np.flatnonzero(c.mask(r.category, Constraints()))
-            if pool.size == 0:
-                pool = np.arange(len(c))
-            pools.append(pool)
+        pools = [_pool(obs) for obs in observations]
+        out: list[Search | Filter | Recommend] = []
+        start, pairs = 0, 0
+        for j, pool in enumerate(pools):
+            if pairs and pairs + pool.size > self.max_pairs:
+                out += self._rank(observations[start:j], pools[start:j])
+                start, pairs = j, 0
+            pairs += pool.size
+        return out + self._rank(observations[start:], pools[start:])
+
+    def _rank(self, observations: Sequence[Observation], pools: Sequence[np.ndarray]) -> list[Recommend]:
+        """Top K of each pool by interest, in one reward-model call."""
+        users, items, profiles = [], [], {}
+        for obs, pool in zip(observations, pools, strict=True):
+            c = obs.catalogue
             users += [obs.task.user_id] * pool.size
             items += [c.item_ids[i] for i in pool]
             if obs.task.profile is not None:
                 profiles[obs.task.user_id] = list(obs.task.profile)
+        if not users:
+            return []
         interest = self.reward_model.score(users, items, profiles or None)["interest"]
-        out: list[Search | Filter | Recommend] = []
+        out = []
         start = 0
         for obs, pool in zip(observations, pools, strict=True):
             s = interest[start : start + pool.size]
@@ -155,3 +166,14 @@ class GreedyRewardAgent:
             order = np.lexsort((pool, -s))[: obs.k]  # best interest first, ties by row
             out.append(_recommend(obs, pool[order]))
         return out
+
+
+def _pool(obs: Observation) -> np.ndarray:
+    """Catalogue rows meeting the request; else the category's; else the whole catalogue."""
+    c, r = obs.catalogue, obs.task.request
+    pool = np.flatnonzero(c.mask(r.category, r.constraints))
+    if pool.size == 0:
+        pool = np.flatnonzero(c.mask(r.category, Constraints()))
+    if pool.size == 0:
+        pool = np.arange(len(c))
+    return pool

@@ -38,14 +38,26 @@ class TaskConfig(StrictModel):
 
     per_user_train: int = Field(4, ge=1, description="at most this many training tasks per user")
     per_user_eval: int = Field(1, ge=1, description="at most this many warm/cold eval tasks per user")
-    max_eval: int = Field(1000, ge=1, description="at most this many warm (and cold) eval tasks")
+    max_eval: int = Field(
+        1000,
+        ge=1,
+        description="at most this many warm (and cold) tasks from EnvSource.tasks; `parpo policy eval` "
+        "draws every task and samples its own (parpo.evaluation.sample)",
+    )
     attributes: int = Field(
         1,
         ge=0,
         description="attribute ids of the target put into the constraints when items have no category (Amazon)",
     )
     price_cap: PriceCapConfig = PriceCapConfig()
-    seed: int = Field(0, description="seeds the task subsample and the price caps")
+    open_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="probability that a request drops the target's category/attributes (an open "
+        "request: price cap only or empty, like many API requests); targets with neither are always open",
+    )
+    seed: int = Field(0, description="seeds the task subsample, the price caps and the open requests")
 
 
 class EnvConfig(StrictModel):

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from data_pipelines.metrics import per_user_ranking_metrics
+from parpo.env.cache import BoundedCache
 from parpo.env.catalogue import Catalogue, RequestView
 from parpo.env.config import TASK_COMPONENTS, EnvConfig
 from parpo.env.observation import Call, Observation
@@ -35,7 +36,7 @@ from parpo.env.schema import ActionError, Filter, Recommend, Search, parse_actio
 from parpo.env.tasks import Task
 
 COMPONENTS: tuple[str, ...] = (*(f"task/{c}" for c in TASK_COMPONENTS), "preference")
-#: Cached (user, profile, slate) preference rewards; the cache is emptied when it would grow past this.
+#: Cached (user, profile, slate) preference rewards; the least recently used are evicted past this.
 CACHE_LIMIT = 200_000
 RawAction = Search | Filter | Recommend | dict[str, Any] | str | bytes
 
@@ -79,7 +80,9 @@ class BatchEnv:
         self.preference_transform = preference_transform
         self.episodes: list[_Episode] = []
         self._obs: list[Observation] = []
-        self._pref_cache: dict[tuple[str, tuple[str, ...] | None, tuple[str, ...]], float] = {}
+        self._pref_cache: BoundedCache[tuple[str, tuple[str, ...] | None, tuple[str, ...]], float] = (
+            BoundedCache(CACHE_LIMIT)
+        )
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -249,22 +252,19 @@ class BatchEnv:
         self, idx: list[int], slates: dict[int, tuple[list[str], dict[str, Any]]]
     ) -> dict[int, float]:
         """Raw preference reward of each ended episode with a slate: one call for the cache misses."""
-        keys = {
-            i: (self.episodes[i].task.user_id, self.episodes[i].task.profile, tuple(slates[i][0]))
-            for i in idx
-        }
-        todo = list(dict.fromkeys(k for k in keys.values() if k not in self._pref_cache))
-        if todo:
-            if len(self._pref_cache) + len(todo) > CACHE_LIMIT:
-                self._pref_cache.clear()
-            profiles = [None if p is None else list(p) for _, p, _ in todo]
-            values = self.reward_model.preference_reward(
-                [u for u, _, _ in todo],
-                [list(s) for _, _, s in todo],
-                profiles if any(p is not None for p in profiles) else None,
-            )
-            self._pref_cache.update(zip(todo, values.tolist(), strict=True))
-        return {i: self._pref_cache[k] for i, k in keys.items()}
+        keys = [
+            (self.episodes[i].task.user_id, self.episodes[i].task.profile, tuple(slates[i][0])) for i in idx
+        ]
+        return dict(zip(idx, self._pref_cache.lookup(keys, self._score), strict=True))
+
+    def _score(self, keys: list[tuple[str, tuple[str, ...] | None, tuple[str, ...]]]) -> list[float]:
+        """The reward model's preference reward of (user, profile, slate) keys [M], in one call."""
+        profiles = [None if p is None else list(p) for _, p, _ in keys]
+        return self.reward_model.preference_reward(
+            [u for u, _, _ in keys],
+            [list(s) for _, _, s in keys],
+            profiles if any(p is not None for p in profiles) else None,
+        ).tolist()
 
     def _report(
         self,

@@ -67,13 +67,19 @@ class EnvSource:
             truth=_truth(ds),
         )
 
-    def tasks(self, which: str) -> list[Task]:
-        """Task set ``train``, ``warm`` (test part) or ``cold`` (cold_test), per ``cfg.tasks``."""
+    def tasks(self, which: str, *, capped: bool = True) -> list[Task]:
+        """Task set ``train``, ``warm`` (test part) or ``cold`` (cold_test), per ``cfg.tasks``;
+        ``capped=False`` lifts ``max_eval`` (evaluation samples its own, ``parpo.evaluation.sample``)."""
         t = self.cfg.tasks
         if which == "train":
             return make_tasks(self.split, self.catalogue, which, t, per_user=t.per_user_train)
         return make_tasks(
-            self.split, self.catalogue, which, t, per_user=t.per_user_eval, max_tasks=t.max_eval
+            self.split,
+            self.catalogue,
+            which,
+            t,
+            per_user=t.per_user_eval,
+            max_tasks=t.max_eval if capped else None,
         )
 
     def env(self, preference_transform: PreferenceTransform | None = None) -> BatchEnv:

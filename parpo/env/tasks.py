@@ -1,12 +1,15 @@
 """Tasks = (user, request, context), drawn from a split's held-out positives.
 
-A task's request comes from one positive of the user (the *target*): its category
-(ML-100K: the first genre; synthetic: its category) or, for items without a category
-(Amazon), ``TaskConfig.attributes`` of its attribute ids as a hard constraint; where the
-data has prices, a price cap ``price(target) * U(low, high)`` (rounded up to the cent, so
-the target itself is always feasible) drawn with probability ``p``. Training tasks come from
-the split's ``train`` part, warm evaluation tasks from ``test``, cold ones from
-``cold_test`` (users held out of training), whose ``cold_profile`` gives the profile.
+A task's request comes from one positive of the user (the *target*), in the API's request
+shapes: its category (ML-100K: the first genre; synthetic: its category) or, for items without
+a category (Amazon), ``TaskConfig.attributes`` of its attribute ids as a hard constraint; a
+target with neither (a shop's log with no item table) makes an *open* request with no scope.
+Where the data has prices, a price cap ``price(target) * U(low, high)`` (rounded up to the
+cent, so the target itself is always feasible) is drawn with probability ``p``; so an open
+request is price-cap only or empty. With ``TaskConfig.open_share`` a scoped request drops its
+scope with that probability (from a stream of its own: the other draws stay as they were).
+Training tasks come from the split's ``train`` part, warm evaluation tasks from ``test``, cold
+ones from ``cold_test`` (users held out of training), whose ``cold_profile`` gives the profile.
 """
 
 from __future__ import annotations
@@ -79,8 +82,7 @@ def make_tasks(
     """Tasks of one set: ``which`` in ``train``, ``warm``, ``cold`` (see ``PARTS``).
 
     At most ``per_user`` per user and ``max_tasks`` in all (users drawn at random, seeded by
-    ``cfg.seed`` and ``which``). Targets the catalogue cannot turn into a request (no
-    category and no attributes) are skipped.
+    ``cfg.seed`` and ``which``). Targets missing from the catalogue are skipped.
     """
     if which not in PARTS:
         raise ValueError(f"unknown task set {which!r}; choose from {list(PARTS)}")
@@ -97,9 +99,6 @@ def make_tasks(
         )
     rows = catalogue.rows(part["item_id"].to_list())
     usable = rows >= 0
-    usable[usable] = (catalogue.cat[rows[usable]] >= 0) | (
-        np.bincount(catalogue.attr_rows, minlength=len(catalogue))[rows[usable]] > 0
-    )
     rng = _rng(cfg.seed, which)
     part = (
         part.with_columns(pl.Series("__row", rows), pl.Series("__key", rng.random(part.height)))
@@ -123,12 +122,13 @@ def make_tasks(
         part = part.filter(pl.col("user_id").is_in(keep)).head(max_tasks)
     caps = rng.random(part.height) < cfg.price_cap.p
     mult = rng.uniform(cfg.price_cap.low, cfg.price_cap.high, part.height)
+    scoped = _rng(cfg.seed, f"{which}/open").random(part.height) >= cfg.open_share
     tasks = []
     for n, (user, item, row) in enumerate(part.select("user_id", "item_id", "__row").iter_rows()):
-        c = int(catalogue.cat[row])
+        c = int(catalogue.cat[row]) if scoped[n] else -1
         category = catalogue.categories[c] if c >= 0 else None
         attrs: list[str] = []
-        if category is None and cfg.attributes:
+        if category is None and cfg.attributes and scoped[n]:
             mine = catalogue.attr_codes[catalogue.attr_rows == row]
             attrs = [catalogue.attributes[a] for a in mine[: cfg.attributes]]
         price = float(catalogue.price[row])

@@ -21,6 +21,7 @@ from parpo.env.evaluate import METRICS
 from parpo.evaluation.ope.bootstrap import bootstrap
 from parpo.evaluation.ope.estimators import Terms
 from parpo.evaluation.policy_eval import PARTS, evaluate_policy, read_tasks
+from parpo.evaluation.sample import EvalSample
 from parpo.policy.bundle import KIND
 
 SCHEMA_VERSION = 1
@@ -69,10 +70,11 @@ def compare_policies(
     greedy: bool = True,
     seed: int = 0,
     n_boot: int = 1000,
+    sample: EvalSample | None = None,
 ) -> tuple[list[Path], list[dict[str, Any]]]:
-    """Evaluate every version on ``data_dir``, pair their per-task results and record each
-    version's differences against the others in its ``evals/``. Returns the recorded paths and
-    results, in the order of ``versions``."""
+    """Evaluate every version on ``data_dir`` (on ``sample``'s tasks, the same for every version),
+    pair their per-task results and record each version's differences against the others in its
+    ``evals/``. Returns the recorded paths and results, in the order of ``versions``."""
     from parpo_core.artefacts import Registry
     from parpo_core.errors import UserError
 
@@ -80,7 +82,9 @@ def compare_policies(
         raise UserError(
             f"--policies: give two or more versions to compare; got {', '.join(versions) or 'none'}"
         )
-    evals = [evaluate_policy(registry, data_dir, v, greedy=greedy, seed=seed) for v in versions]
+    evals = [
+        evaluate_policy(registry, data_dir, v, greedy=greedy, seed=seed, sample=sample) for v in versions
+    ]
     names = [r["policy_version"] for _, r in evals]
     if len(set(names)) != len(names):
         raise UserError(f"--policies {' '.join(versions)}: names the same version twice ({', '.join(names)})")

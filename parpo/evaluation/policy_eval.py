@@ -1,8 +1,11 @@
 """Evaluate a published policy on held-out tasks, next to the four reference agents.
 
 Warm tasks come from the test part of the reward version's split, cold ones from the held-out
-users' ``cold_test`` (``parpo.env.tasks``). The policy acts greedily (temperature 0) unless
-asked to sample. The summary is recorded as the version's add-only
+users' ``cold_test`` (``parpo.env.tasks``); each set is cut to a fixed-size, hash-stable sample
+(``parpo.evaluation.sample``, the same tasks for every agent and version), and so is the
+training set the fixed-plan reference is selected on. Every mean comes with a percentile
+bootstrap interval over the evaluated tasks (``ci95``). The policy acts greedily (temperature 0)
+unless asked to sample. The summary is recorded as the version's add-only
 ``evals/<data-fingerprint>-<split>-<eval-config-hash>.json``; the per-task results go beside it
 (same stem, ``.tasks.parquet``: one row per agent and task) so later comparisons can pair them.
 ``parpo eval compare`` (``parpo.evaluation.compare``) runs this for each version and pairs
@@ -16,12 +19,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from parpo.env.baselines import Agent
 from parpo.env.environment import BatchEnv
 from parpo.env.evaluate import METRICS, baseline_agents, run_episodes, summarise
 from parpo.env.source import EnvSource
+from parpo.evaluation.ope.bootstrap import bootstrap
+from parpo.evaluation.ope.estimators import Terms
+from parpo.evaluation.sample import EvalSample, sample_tasks
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.bundle import KIND, PolicyBundle
 from parpo_core.durable import atomic_write_bytes
@@ -37,7 +44,7 @@ def _metrics(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def _section(
-    env: BatchEnv, agents: Sequence[Agent], tasks: Sequence[Any], part: str
+    env: BatchEnv, agents: Sequence[Agent], tasks: Sequence[Any], part: str, sample: EvalSample
 ) -> tuple[dict[str, Any], pl.DataFrame]:
     frames, out = [], {"n_tasks": len(tasks), "baselines": {}}
     for agent in agents:
@@ -50,7 +57,26 @@ def _section(
         else:
             out["baselines"][agent.name] = _metrics(s)
         frames.append(per_task.with_columns(pl.lit(agent.name).alias("agent"), pl.lit(part).alias("part")))
+    out["ci95"] = _intervals(frames, sample) if tasks else {}
     return out, pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def _intervals(frames: Sequence[pl.DataFrame], sample: EvalSample) -> dict[str, dict[str, list[float]]]:
+    """agent -> metric -> [low, high]: 95% percentile bootstrap intervals of the means, every
+    agent and metric on the same task resamples (the frames' rows are the same tasks in order)."""
+    cells = [
+        (f["agent"][0], m, f[m].to_numpy().astype(np.float64))
+        for f in frames
+        for m in METRICS
+        if m in f.columns
+    ]
+    stats, _ = bootstrap(
+        {str(j): Terms(v) for j, (_, _, v) in enumerate(cells)}, n_boot=sample.n_boot, seed=sample.seed
+    )
+    out: dict[str, dict[str, list[float]]] = {}
+    for j, (agent, m, _) in enumerate(cells):
+        out.setdefault(agent, {})[m] = [stats[str(j)]["ci_low"], stats[str(j)]["ci_high"]]
+    return out
 
 
 def evaluate_policy(
@@ -60,10 +86,15 @@ def evaluate_policy(
     *,
     greedy: bool = True,
     seed: int = 0,
+    sample: EvalSample | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Evaluate ``version`` (default: production) on ``data_dir``; record and return the result."""
+    """Evaluate ``version`` (default: production) on ``data_dir``; record and return the result.
+
+    ``sample``: the task sample (default ``EvalSample()``; ``EvalSample.full()`` for every task).
+    """
     from parpo_core.artefacts import Registry
 
+    sample = sample or EvalSample()
     bundle = PolicyBundle.load(registry, version)
     env_cfg = bundle.env
     src = EnvSource.load(data_dir, registry, bundle.reward_version, env_cfg)
@@ -73,9 +104,10 @@ def evaluate_policy(
             f"{bundle.version.name} was trained with ({len(bundle.catalogue)}); evaluate on that dataset"
         )
     env = src.env()
+    train = sample_tasks(src.tasks("train"), sample.plan_selection, sample.seed)
     agents = [
         PolicyAgent(bundle.policy, greedy=greedy, seed=seed),
-        *baseline_agents(env, src.tasks("train"), env_cfg.seed),
+        *baseline_agents(env, train, env_cfg.seed),
     ]
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -85,13 +117,23 @@ def evaluate_policy(
         "split": bundle.version.lineage.split.name,
         "split_algorithm": bundle.version.lineage.split.algorithm,
         "greedy": greedy,
+        "sample": sample.model_dump(mode="json"),
     }
     frames = []
     for part in PARTS:
-        result[part], frame = _section(env, agents, src.tasks(part), part)
+        tasks = src.tasks(part, capped=False)
+        result[part], frame = _section(
+            env, agents, sample_tasks(tasks, getattr(sample, part), sample.seed), part, sample
+        )
+        result[part]["tasks_available"] = len(tasks)
         frames.append(frame)
     result["plan_diversity"] = {p: result[p].pop("plan_diversity", 0.0) for p in PARTS}
-    eval_config = {"greedy": greedy, "seed": seed, "env": env_cfg.model_dump(mode="json")}
+    eval_config = {
+        "greedy": greedy,
+        "seed": seed,
+        "env": env_cfg.model_dump(mode="json"),
+        "sample": sample.model_dump(mode="json"),
+    }
     reg = Registry(registry)
     path = reg.add_eval(
         KIND, bundle.version.name, src.dataset.fingerprint, result["split"], eval_config, result

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from parpo.env.cache import BoundedCache
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
@@ -25,6 +26,8 @@ from parpo.policy.tokens import choice_masks, history_codes
 
 N_REQUEST = 5
 HISTORY = 8
+#: Cached user vectors (least recently used evicted past this): serving sees endless user ids.
+USER_CACHE_LIMIT = 100_000
 
 
 class Featurizer:
@@ -35,7 +38,9 @@ class Featurizer:
     ) -> None:
         self.reward_model, self.catalogue = reward_model, catalogue
         self.max_candidates, self.max_k = max_candidates, max_k
-        self._users: dict[tuple[str, tuple[str, ...] | None], np.ndarray] = {}
+        self._users: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
+            USER_CACHE_LIMIT
+        )
         price = np.nan_to_num(catalogue.price, nan=0.0)
         self._log_max_price = float(np.log1p(price.max(initial=0.0))) or 1.0
         self.user_dim = int(self._user_vectors(["\x00probe"], [None]).shape[1])
@@ -49,14 +54,12 @@ class Featurizer:
         """[B, U] user vectors, one reward-model call per distinct (user, profile) of the batch;
         warm users (no profile) are cached, cold ones are not (serving sees endless profiles)."""
         keys = [(o.task.user_id, o.task.profile) for o in observations]
-        todo = list(dict.fromkeys(k for k in keys if k not in self._users))
-        fresh = (
-            dict(zip(todo, self._user_vectors([u for u, _ in todo], [p for _, p in todo]), strict=True))
-            if todo
-            else {}
+        vecs = self._users.lookup(
+            keys,
+            lambda todo: list(self._user_vectors([u for u, _ in todo], [p for _, p in todo])),
+            keep=lambda k: k[1] is None,
         )
-        self._users.update({k: v for k, v in fresh.items() if k[1] is None})
-        return np.stack([fresh[k] if k in fresh else self._users[k] for k in keys])
+        return np.stack(vecs)
 
     def encode(self, observations: Sequence[Observation]) -> dict[str, Tensor]:
         b, n, f = len(observations), self.max_candidates, len(FEATURES)

@@ -34,6 +34,7 @@ from parpo.policy.native import NativePolicy
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.metrics import reward_metrics, rollout_report
 from parpo.trainer.rollout import Rollouts, collect
+from parpo_core.errors import DataError
 from parpo_core.rng import rng_state, set_rng_state
 
 LAST = "last.ckpt"
@@ -118,8 +119,12 @@ class PolicyTrainer:
         env = src.env(self.preference_transform)
         tasks = src.tasks("train")
         if not tasks:
-            raise ValueError(
-                "the split's train part yields no training tasks (no item with a category or attributes)"
+            meta = src.split.meta
+            raise DataError(
+                f"{src.dataset.root}: no training task: the train part of the {meta.get('name', '')} split "
+                f"holds no positive interaction (positive events: "
+                f"{', '.join(meta.get('rule', {}).get('events', [])) or 'none'}); log positive events "
+                "or change the positives rule"
             )
         user_index = src.reward_model.user_index
         state = {

@@ -78,10 +78,19 @@ def test_eval_records_every_metric_for_every_agent(trained, tiny_synth):  # noqa
     (js,) = sorted((v / "evals").glob("*.json"))
     per_task = pl.read_parquet(js.with_suffix(".tasks.parquet"))
     assert per_task.height == 5 * (out["warm"]["n_tasks"] + out["cold"]["n_tasks"])
+    # Tiny sets are smaller than the default sample: every task is evaluated, with intervals.
+    assert out["sample"]["warm"] == 2000 and out["warm"]["tasks_available"] == out["warm"]["n_tasks"]
+    assert set(out["warm"]["ci95"]) == {"policy", *out["warm"]["baselines"]}
+    lo, hi = out["warm"]["ci95"]["policy"]["hit@10"]
+    assert lo <= out["warm"]["policy"]["hit@10"] <= hi
     # An identical re-run is a no-op (add-only evals).
     again = run("policy", "eval", "-r", str(reg), "-d", str(tiny_synth), "--json")
     assert again.returncode == 0 and json.loads(again.stdout) == out
     assert len(list((v / "evals").glob("*.json"))) == 1
+    few = run("policy", "eval", "-r", str(reg), "-d", str(tiny_synth), "--tasks", "3", "--json")
+    assert few.returncode == 0, few.stderr[-3000:]
+    assert [json.loads(few.stdout)[p]["n_tasks"] for p in ("warm", "cold")] == [3, 3]
+    assert len(list((v / "evals").glob("*.json"))) == 2  # a sampled eval is recorded beside the full one
 
 
 def test_predict_answers_every_request_in_order(trained, tmp_path):

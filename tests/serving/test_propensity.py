@@ -51,3 +51,21 @@ def test_logged_propensities_match_empirical_frequencies(serve_registry):
         # Both are unbiased for p; the gap's standard error (binomial over m, and over count*(N-1)).
         se = math.sqrt(f * (1 - f) / m + f * (1 - f) / (count * (n - 1)))
         assert abs(est - f) <= 4 * se + 1e-9, (key, f, est, se)
+
+
+def test_agents_per_temperature_are_bounded_and_never_reuse_a_seed(monkeypatch):
+    """Clients choose ``explore`` freely: one agent per temperature, at most ``AGENT_LIMIT`` kept;
+    an agent made again after eviction gets a fresh seed (else it would repeat earlier draws)."""
+    import serving.acting as acting
+
+    class Bundle:
+        def agent(self, temperature: float, seed: int) -> tuple[float, int]:
+            return (temperature, seed)
+
+    monkeypatch.setattr(acting, "AGENT_LIMIT", 2)
+    model = LoadedModel(Bundle(), seed=5)  # type: ignore[arg-type]
+    assert [model._agent(t) for t in (1.0, 2.0, 1.0)] == [(1.0, 5), (2.0, 6), (1.0, 5)]
+    assert model._agent(3.0) == (3.0, 7)  # evicts 2.0, the least recently used
+    assert model._agent(2.0) == (2.0, 8)  # made again (evicting 1.0), with a seed of its own
+    assert model._agent(3.0) == (3.0, 7)  # kept
+    assert len(model._agents) == 2

@@ -60,3 +60,13 @@ def test_fixed_plan_is_the_best_on_training_tasks(source):
     assert chosen["task_quality"] + chosen["preference"] == best
     pop = summarise(run_episodes(env, popularity_agent(), source.tasks("train")[:60]))
     assert best >= pop["task_quality"] + pop["preference"]  # popularity/search is one of the plans
+
+
+def test_greedy_agent_scores_in_bounded_calls_with_the_same_slates(results, source):
+    """An open request's pool is the whole catalogue: the agent caps the pairs per reward-model
+    call (here one task per call) and recommends exactly what one call for all would."""
+    for which in ("warm", "cold"):
+        small = run_episodes(
+            source.env(), GreedyRewardAgent(source.reward_model, max_pairs=1), source.tasks(which)
+        )
+        assert small["slate"].to_list() == results[("greedy_reward", which)]["slate"].to_list()

@@ -143,6 +143,28 @@ def test_batch_calls_the_reward_model_once_per_user_and_slate_and_transforms():
         b.step([None])
 
 
+def test_a_full_preference_cache_keeps_what_the_call_needs(monkeypatch):
+    """Issue 24: with the cache full, a batch mixing a cached slate and new ones used to empty the
+    cache after the cached key had been left out of the work list (KeyError)."""
+    import parpo.env.environment as environment
+
+    monkeypatch.setattr(environment, "CACHE_LIMIT", 2)
+    rm = HandReward()
+    b = BatchEnv(hand_catalogue(), rm, CFG)
+    slates = [["a2", "a0"], ["b0"], ["b1", "a1"]]  # preference 0.4, 0.8, 0.7 (mean of item values)
+    b.reset([task(task_id="0")])
+    b.step([Recommend(items=slates[0])])
+    b.reset([task(task_id=str(i)) for i in range(3)])
+    _, r, *_ = b.step([Recommend(items=s) for s in slates])
+    assert r["preference"].tolist() == pytest.approx([0.4, 0.8, 0.7])
+    assert rm.calls[1][1] == slates[1:]  # the cached slate is not scored again
+    assert len(b._pref_cache) == 2  # bounded: the least recently used entry went
+    b.reset([task(task_id=str(i)) for i in range(3)])
+    _, r, *_ = b.step([Recommend(items=s) for s in slates])
+    assert r["preference"].tolist() == pytest.approx([0.4, 0.8, 0.7])
+    assert rm.calls[2][1] == [slates[0]]  # only the evicted one is scored again
+
+
 def test_batch_equals_one_at_a_time():
     plans = [
         [SEARCH, Recommend(items=["a0"])],

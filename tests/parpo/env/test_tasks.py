@@ -57,8 +57,9 @@ def test_seeded_and_bounded(source):
     assert [t.user_id for t in other] != [t.user_id for t in a]
 
 
-def test_items_without_a_category_give_attribute_requests():
-    """Amazon-like items: no category, attribute ids; no prices, so no cap."""
+def test_items_without_a_category_give_attribute_or_open_requests():
+    """Amazon-like items (no category, attribute ids) and a shop's bare items: a target with
+    neither makes an open request, price-cap only where it has a price, else empty."""
     from data_pipelines.schema import INTERACTIONS, polars_schema
     from data_pipelines.splits import Split
     from parpo.env import Catalogue
@@ -66,23 +67,36 @@ def test_items_without_a_category_give_attribute_requests():
     cat = Catalogue(
         pl.DataFrame(
             {
-                "item_id": ["x", "y"],
-                "category": [None, None],
-                "attributes": [["brand1", "cat9"], []],
-                "price": [None, None],
-                "popularity": [1, 1],
-                "recency": [0.0, 0.0],
+                "item_id": ["x", "y", "z"],
+                "category": [None, None, None],
+                "attributes": [["brand1", "cat9"], [], []],
+                "price": [None, None, 10.0],
+                "popularity": [1, 1, 1],
+                "recency": [0.0, 0.0, 0.0],
             },
             schema_overrides={"category": pl.String, "price": pl.Float64},
         )
     )
     schema = polars_schema(INTERACTIONS)
-    test = pl.DataFrame({"user_id": ["u", "u"], "item_id": ["x", "y"]}).with_columns(
+    test = pl.DataFrame({"user_id": ["u", "u", "u"], "item_id": ["x", "y", "z"]}).with_columns(
         pl.lit(None).cast(t).alias(c) for c, t in schema.items() if c not in ("user_id", "item_id")
     )
     split = Split(test=test.select(list(schema)))
-    tasks = make_tasks(split, cat, "warm", TaskConfig(), per_user=5)
-    assert len(tasks) == 1  # y has neither a category nor attributes
-    t = tasks[0]
-    assert (t.target, t.request.category, t.request.constraints.attributes) == ("x", None, ["brand1"])
-    assert t.request.constraints.price_max is None
+    tasks = {t.target: t for t in make_tasks(split, cat, "warm", TaskConfig(), per_user=5)}
+    assert set(tasks) == {"x", "y", "z"}
+    x, y, z = (tasks[i].request for i in "xyz")
+    assert (x.category, x.constraints.attributes, x.constraints.price_max) == (None, ["brand1"], None)
+    assert y.category is None and y.constraints.empty
+    assert z.category is None and z.constraints.attributes == [] and 10.0 <= z.constraints.price_max <= 15.0
+
+
+def test_open_share_drops_the_scope_and_keeps_every_other_draw(source):
+    base = make_tasks(source.split, source.catalogue, "train", TaskConfig(), per_user=4)
+    assert all(t.request.category is not None for t in base)  # synthetic items all have a category
+    for share in (0.0, 0.3, 1.0):
+        opened = make_tasks(source.split, source.catalogue, "train", TaskConfig(open_share=share), per_user=4)
+        assert [(t.user_id, t.target, t.request.constraints) for t in opened] == [
+            (t.user_id, t.target, t.request.constraints) for t in base
+        ]
+        frac = sum(t.request.category is None for t in opened) / len(opened)
+        assert (share == 0.0 and frac == 0.0) or (share == 1.0 and frac == 1.0) or 0.2 < frac < 0.4, frac

@@ -80,3 +80,17 @@ def test_resume_continues_exactly(source, tmp_path):
     assert last_b == pytest.approx(last_a, abs=1e-9)
     # The resumed run's log holds both updates.
     assert pl.read_csv(resumed.logs)["update"].to_list() == [1, 2]
+
+
+def test_a_split_without_train_positives_is_a_one_line_error(source, tmp_path):
+    import dataclasses
+
+    from parpo_core.errors import DataError
+
+    empty = dataclasses.replace(
+        source, split=dataclasses.replace(source.split, train=source.split.train.head(0))
+    )
+    with pytest.raises(
+        DataError, match=r"no training task: the train part of the intervened split holds no positive"
+    ):
+        PolicyTrainer(fast_config(updates=1), empty, tmp_path / "run").fit()

@@ -37,8 +37,23 @@ def served(tmp_path_factory) -> Path:
         _decision("r3", ["c"], [1.0], fallback="popularity"),
     ]
     events = [
-        {"kind": "event", "schema_version": 1, "received": 1.7e9, "request_id": "r1", "position": 2, "event": "click"},
-        {"kind": "event", "schema_version": 1, "received": 1.7e9, "request_id": "r1", "position": 1, "event": "buy", "value": 9.0},
+        {
+            "kind": "event",
+            "schema_version": 1,
+            "received": 1.7e9,
+            "request_id": "r1",
+            "position": 2,
+            "event": "click",
+        },
+        {
+            "kind": "event",
+            "schema_version": 1,
+            "received": 1.7e9,
+            "request_id": "r1",
+            "position": 1,
+            "event": "buy",
+            "value": 9.0,
+        },
     ]
     for name, records in (("decisions", decisions), ("events", events)):
         (root / "ev" / name).mkdir(parents=True)
