@@ -21,6 +21,11 @@ makes them comparable); ``loadavg_1m`` is the load before and after.
 
     python benchmarks/reward_train.py --data /tmp/ml                 # an ingested ML-100K
     python benchmarks/reward_train.py --movielens ../shared/data/movielens-100k --repeats 3
+    python benchmarks/reward_train.py --movielens ../shared/data/movielens-100k --presets dice dice_v1
+
+Presets may be ``reward_quality.VARIANTS`` (``dice_v1``: the dice model before hybrid features,
+impression negatives and the new selection). With two or more presets, a last line
+``reward_train_ratio`` gives each preset's training triples/s over the first one's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import torch  # noqa: E402
+from reward_quality import VARIANTS  # noqa: E402
 from reward_sampler import git_sha  # noqa: E402
 
 if TYPE_CHECKING:
@@ -55,8 +61,9 @@ def config(preset: str, split: str, split_seed: int, seed: int, extra: list[str]
     from parpo.presets import load
     from reward_models.config import RewardConfig
 
+    base, variant = VARIANTS.get(preset, (preset, []))
     over = [f"split.name={split}", f"split.seed={split_seed}", f"runtime.seed={seed}", *QUALITY_OVERRIDES]
-    return load(RewardConfig, "reward", preset, [*over, *extra])
+    return load(RewardConfig, "reward", base, [*over, *variant, *extra])
 
 
 def device_of(cfg: RewardConfig) -> str:
@@ -66,13 +73,16 @@ def device_of(cfg: RewardConfig) -> str:
 
 def run_ours(data_dir: Path, cfg: RewardConfig) -> dict[str, Any]:
     """Load + fit to early stop + test, timed as one span (the ``run_seconds`` of the issue)."""
+    from data_pipelines.dataset import Dataset
     from reward_models.data import RewardData
     from reward_models.evaluate import evaluate
-    from reward_models.pipeline import export_weights, readout_vectors
+    from reward_models.pipeline import attach_side_inputs, export_weights, readout_vectors
     from reward_models.training import fit
 
     t0, c0 = time.perf_counter(), time.process_time()
-    data = RewardData.load(data_dir, cfg.split.name, cfg.split.seed, cfg.split.positives)
+    ds = Dataset(data_dir)
+    data = RewardData.load(ds, cfg.split.name, cfg.split.seed, cfg.split.positives)
+    attach_side_inputs(cfg, ds, data)  # impressions and features, as ``parpo reward train`` does
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="reward-train-") as run:
         res = fit(cfg, data, run)
@@ -232,8 +242,27 @@ def main() -> None:
         data_dir = Path(tmp.name) / "movielens-100k"
         ingest(open_source("movielens", args.movielens, None), data_dir)
     args.data_name = "movielens-100k" if args.movielens is not None else data_dir.name
+    rows = []
     for preset in args.presets:
-        print(json.dumps(bench(data_dir, preset, args)), flush=True)
+        rows.append(bench(data_dir, preset, args))
+        print(json.dumps(rows[-1]), flush=True)
+    if len(rows) > 1:
+        first = rows[0]
+        ratio = {r["model"]: round(r["train_triples_per_s"] / first["train_triples_per_s"], 3) for r in rows}
+        cpu = {
+            r["model"]: round(r["train_cpu_triples_per_s"] / first["train_cpu_triples_per_s"], 3)
+            for r in rows
+        }
+        print(
+            json.dumps(
+                {
+                    "bench": "reward_train_ratio",
+                    "reference": first["model"],
+                    "triples_per_s": ratio,
+                    "cpu_triples_per_s": cpu,
+                }
+            )
+        )
     if tmp is not None:
         tmp.cleanup()
 
