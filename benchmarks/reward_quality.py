@@ -41,6 +41,9 @@ KEYS = (
     "synthetic.uniform.ndcg@10",
     "report_half.ndcg@10",
     "mostpop.report_half.ndcg@10",
+    "test.ndcg@5",
+    "report_half.ndcg@5",
+    "mostpop.report_half.ndcg@5",
 )
 # Presets that are another preset with overrides (appended before the command line's).
 VARIANTS = {
@@ -120,13 +123,11 @@ def one_run(
         for k, v in m.get(sec, {}).items()
         if isinstance(v, float | int)
     }
-    half = load_uniform_half(data)
     if half is not None:  # MostPop on the same report half (no training: a reference line per run)
         from reward_models.evaluate import mostpop_scorer, report_half_metrics
 
-        flat["mostpop.report_half.ndcg@10"] = report_half_metrics(
-            mostpop_scorer(data.popularity), data, half
-        )["ndcg@10"]
+        pop = report_half_metrics(mostpop_scorer(data.popularity), data, half)
+        flat |= {f"mostpop.report_half.{k}": pop[k] for k in ("ndcg@5", "ndcg@10")}
     return {
         "bench": "reward_quality",
         "data": data_dir.name,

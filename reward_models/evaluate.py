@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from reward_models.selection import UniformHalf
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # user indices [b] -> scores [b, n_items]
-UNIFORM_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
+UNIFORM_KS = (5, 10)  # 5: Coat's protocol (its random test is small); 10: the synthetic targets
+UNIFORM_METRICS = tuple(f"{m}@{k}" for k in UNIFORM_KS for m in ("ndcg", "recall", "hit", "mrr"))
 
 
 @dataclass
@@ -206,26 +207,24 @@ def uniform_sets(data: RewardData, uniform: Dataset) -> tuple[Csr, Csr]:
 
 
 def users_ranking(
-    scorer: Scorer, data: RewardData, truth: Csr, candidates: Csr | None, users: np.ndarray, prefix: str
+    scorer: Scorer, data: RewardData, truth: Csr, candidates: Csr, users: np.ndarray, prefix: str
 ) -> dict[str, float]:
-    """Metrics@10 of ``users`` [U] against ``truth``: only their ``candidates`` compete, or (None)
-    every item with train and valid masked (a test ranking)."""
+    """Metrics@5 and @10 of ``users`` [U]: only their ``candidates`` (exposed items) compete, the
+    positives among them are ``truth`` (Csr with n_users rows each)."""
     if users.size == 0:
         return {}
-    if candidates is None:
-        topk = full_sort_topk(scorer, users, data.n_items, union(data.train, data.valid), 10, 1024)
-    else:
-        topk = np.empty((users.size, 10), dtype=np.int64)
-        for s in range(0, users.size, 1024):
-            b = users[s : s + 1024]
-            c = csr_rows(candidates, b)
-            full = np.asarray(scorer(b), dtype=np.float64)
-            masked = np.full(full.shape, -np.inf)  # only the exposed items compete
-            r = c.row_ids()
-            masked[r, c.indices] = full[r, c.indices]
-            topk[s : s + b.size] = topk_from_scores(masked, 10, None)
-    per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=(10,))
-    out = {f"{prefix}.{k}": float(np.nanmean(per_user[k])) for k in UNIFORM_METRICS}
+    k = max(UNIFORM_KS)
+    topk = np.empty((users.size, k), dtype=np.int64)
+    for s in range(0, users.size, 1024):
+        b = users[s : s + 1024]
+        c = csr_rows(candidates, b)
+        full = np.asarray(scorer(b), dtype=np.float64)
+        masked = np.full(full.shape, -np.inf)  # only the exposed items compete
+        r = c.row_ids()
+        masked[r, c.indices] = full[r, c.indices]
+        topk[s : s + b.size] = topk_from_scores(masked, k, None)
+    per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=UNIFORM_KS)
+    out = {f"{prefix}.{m}": float(np.nanmean(per_user[m])) for m in UNIFORM_METRICS}
     out[f"{prefix}.n_users"] = float(users.size)
     return out
 

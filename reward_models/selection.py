@@ -6,8 +6,8 @@
    with valid positives of the same users (``reward_models.exposure``): exposure is equal on
    both sides of every comparison, so popularity cannot win it by being shown more;
 2. ``valid/uniform_ndcg@10`` on the *selection half* of a uniform (random-exposure) set:
-   synthetic ``DIR/uniform_test`` (each user's uniformly exposed items ranked) or Coat's
-   ``native`` test (its ``uniform_random`` ratings, full sort). Users are cut 50/50 by a stable
+   synthetic ``DIR/uniform_test`` or Coat's ``native`` test (each user's uniformly exposed
+   items, its ``uniform_random`` ratings on Coat, ranked against the positives among them). Users are cut 50/50 by a stable
    hash of their id; targets are reported on the other half only (``report_half`` in
    ``metrics.json``), so the reported figure never saw selection;
 3. ``valid/ndcg@10`` (``train.select: ndcg`` always uses it: today's behaviour).
@@ -25,9 +25,10 @@ import numpy as np
 import polars as pl
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.metrics import Csr
+from data_pipelines.metrics import Csr, csr_from_pairs
 from data_pipelines.splits.hashing import id_hash64, uniform
-from reward_models.data import RewardData
+from data_pipelines.splits.prepare import COAT_RANDOM
+from reward_models.data import RewardData, index_pairs
 from reward_models.evaluate import uniform_sets
 
 HALF_SEED = 0  # fixed: the halves never move between runs, seeds or versions
@@ -51,13 +52,12 @@ UNIFORM = Selection("valid/uniform_ndcg@10", "max", "uniform_half_ndcg@10")
 class UniformHalf:
     """A uniform-exposure set in ``data``'s index space, users cut in two.
 
-    ``truth``: its positives, ``candidates``: its exposed items (None: every item competes, train
-    and valid masked, as at test), Csr with n_users rows; ``select_users``, ``report_users``:
+    ``truth``: its positives, ``candidates``: its exposed items, Csr with n_users rows; ``select_users``, ``report_users``:
     [S], [R] user indices with a positive, disjoint; ``source``: ``uniform_test`` or ``native_test``.
     """
 
     truth: Csr
-    candidates: Csr | None
+    candidates: Csr
     select_users: np.ndarray
     report_users: np.ndarray
     source: str
@@ -72,7 +72,7 @@ def report_side(user_ids: list[str]) -> np.ndarray:
     return uniform(h, "uniform-half") < 0.5
 
 
-def _cut(truth: Csr, candidates: Csr | None, data: RewardData, source: str) -> UniformHalf | None:
+def _cut(truth: Csr, candidates: Csr, data: RewardData, source: str) -> UniformHalf | None:
     users = np.flatnonzero((truth.lengths() > 0) & data.seen_users())
     if users.size == 0:
         return None
@@ -87,7 +87,11 @@ def load_uniform_half(data: RewardData) -> UniformHalf | None:
         truth, cand = uniform_sets(data, Dataset(root))
         return _cut(truth, cand, data, "uniform_test")
     if data.split == "native" and data.meta.get("source") == "coat":
-        return _cut(data.test, None, data, "native_test")
+        # Coat's protocol: each user's uniformly random rated items compete (16 per user)
+        rows = Dataset(data.root).interactions().filter(pl.col("logging_policy") == COAT_RANDOM)
+        shown = index_pairs(rows.select("user_id", "item_id").collect(), data.users, data.items)
+        cand = csr_from_pairs(shown["u"].to_numpy(), shown["i"].to_numpy(), data.n_users)
+        return _cut(data.test, cand, data, "native_test")
     return None
 
 

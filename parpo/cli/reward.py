@@ -65,9 +65,16 @@ def run_training(
         if syn:
             keys = ("interest_spearman", "conformity_spearman", "uniform.ndcg@10")
             console.print("synthetic: " + "  ".join(f"{k} {syn[k]:.4f}" for k in keys if k in syn))
+        half = m.get("report_half", {})
+        if "ndcg@10" in half:
+            pop = (
+                m.get("baselines", {}).get("mostpop", {}).get("report_half", {}).get("ndcg@10", float("nan"))
+            )
+            console.print(f"{half['source']}, report half: ndcg@10 {half['ndcg@10']:.4f} (MostPop {pop:.4f})")
         t = outcome.training
         console.print(
-            f"trained {t['epochs']} epochs ({t['steps']} steps, best epoch {t['best_epoch']}), "
+            f"trained {t['epochs']} epochs ({t['steps']} steps, best epoch {t['best_epoch']}, step "
+            f"{t.get('best_step')}, selected on {t['selection']['target']}), "
             f"{t['train_triples_per_s']:,.0f} triples/s; run folder {outcome.run_dir}"
         )
     return outcome
