@@ -14,6 +14,8 @@ impression log-loss where the data has impressions, else the uniform half, else 
 ``mf``, ``lightgcn``: valid NDCG@10); the split seeds are fixed by the command line, before
 anything is trained. ``dice_v1`` is the ``dice`` preset as it was before hybrid features,
 impression negatives and the new selection (each switched off): today's model, for pairing.
+``--pipeline`` trains as ``parpo reward train`` does (stage 1 first when the preset enables it,
+its profiles initialising stage 2's users); without it, stage 2 alone (``fit``).
 ``report_half.ndcg@10`` is the click ranking on the report half of a uniform-exposure set
 (synthetic ``uniform_test``, Coat's random test), MostPop's on the same users beside it.
 """
@@ -84,13 +86,14 @@ def one_run(
     seed: int,
     extra: list[str],
     loss_epochs: list[int] | None = None,
+    pipeline: bool = False,
 ) -> dict[str, Any]:
     from data_pipelines.dataset import Dataset
     from parpo.presets import load
     from reward_models.config import RewardConfig
     from reward_models.data import RewardData
     from reward_models.evaluate import evaluate
-    from reward_models.pipeline import attach_side_inputs, export_weights, readout_vectors
+    from reward_models.pipeline import attach_side_inputs, export_weights, readout_vectors, train_weights
     from reward_models.selection import load_uniform_half
     from reward_models.training import fit
 
@@ -111,9 +114,13 @@ def one_run(
     data = RewardData.load(ds, split, split_seed, cfg.split.positives)
     attach_side_inputs(cfg, ds, data)
     with tempfile.TemporaryDirectory(prefix="reward-quality-") as run:
-        res = fit(cfg, data, run)
+        if pipeline:  # stage 1 (when the preset has it) + stage 2, as ``parpo reward train`` runs them
+            res, weights, stage1 = train_weights(cfg, ds, data, Path(run))
+        else:
+            res, stage1 = fit(cfg, data, run), {}
+            weights = export_weights(res.tables, data)
         losses = epoch_losses(res.logs, loss_epochs or [])
-    vec = readout_vectors(export_weights(res.tables, data), data)
+    vec = readout_vectors(weights, data, {"stage1": stage1} if stage1 else None)
     half = load_uniform_half(data)
     m = evaluate(vec, data, cfg.eval.ks, baselines=False, half=half)
     seconds = time.perf_counter() - t0
@@ -184,6 +191,11 @@ def main() -> None:
     ap.add_argument("--baseline", default="mf")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="train as `parpo reward train` does: stage 1 too when the preset enables it (else stage 2 only)",
+    )
+    ap.add_argument(
         "--loss-epochs", type=int, nargs="*", default=[], help="report train/loss at these epochs (1-based)"
     )
     ap.add_argument(
@@ -205,7 +217,9 @@ def main() -> None:
         for seed in args.seeds:
             for preset in args.presets:
                 print(f"{preset} split_seed={split_seed} seed={seed} ...", file=sys.stderr, flush=True)
-                row = one_run(data_dir, preset, args.split, split_seed, seed, extra, args.loss_epochs)
+                row = one_run(
+                    data_dir, preset, args.split, split_seed, seed, extra, args.loss_epochs, args.pipeline
+                )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for line in summarise(rows, args.baseline):

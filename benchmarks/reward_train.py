@@ -9,7 +9,7 @@
   (sampling included, validation excluded: ``FitResult.triples_per_s``).
 - ``plain``: the floor. The same model, losses, sampler, batch size and optimiser, driven by
   a bare PyTorch loop (``RewardModule.training_step``, ``backward``, ``step``): no Trainer,
-  no validation, no callbacks, for as many epochs as ``ours`` trained. ``same_weights``
+  no validation, no callbacks, for as many optimiser steps as ``ours`` took. ``same_weights``
   checks that it ends with the very weights ``ours`` ended with (before best-epoch
   restore), so the two time the same computation: bit for bit on the CPU, within 1e-4 on
   CUDA (atomic adds in no fixed order); ``max_abs_weight_diff`` gives the gap.
@@ -110,9 +110,10 @@ def run_ours(data_dir: Path, cfg: RewardConfig) -> dict[str, Any]:
     }
 
 
-def run_plain(data: RewardData, cfg: RewardConfig, epochs: int) -> dict[str, Any]:
-    """``epochs`` epochs of the same steps with a bare loop; the stream is built outside the timing
-    (Lightning builds it in ``setup``, outside its training time too)."""
+def run_plain(data: RewardData, cfg: RewardConfig, steps: int) -> dict[str, Any]:
+    """The same ``steps`` optimiser steps with a bare loop (step-based evaluation can stop mid-epoch);
+    the stream is built outside the timing (Lightning builds it in ``setup``, outside its training
+    time too)."""
     from reward_models.training import RewardModule, make_stream
 
     if cfg.runtime.threads:
@@ -123,8 +124,11 @@ def run_plain(data: RewardData, cfg: RewardConfig, epochs: int) -> dict[str, Any
     stream = make_stream(data, cfg)
     triples = 0
     t0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(epochs):
+    while steps > 0:
         for i, batch in enumerate(stream):
+            if steps == 0:
+                break
+            steps -= 1
             if device.type != "cpu":
                 batch = {
                     k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()
@@ -158,11 +162,11 @@ def bench(data_dir: Path, preset: str, args: argparse.Namespace) -> dict[str, An
         print(f"{preset} repeat {r + 1}/{args.repeats}: ours ...", file=sys.stderr, flush=True)
         o = run_ours(data_dir, cfg)
         print(
-            f"{preset} repeat {r + 1}/{args.repeats}: plain ({o['epochs']} epochs) ...",
+            f"{preset} repeat {r + 1}/{args.repeats}: plain ({o['steps']} steps) ...",
             file=sys.stderr,
             flush=True,
         )
-        p = run_plain(o.pop("_data"), cfg, o["epochs"])
+        p = run_plain(o.pop("_data"), cfg, o["steps"])
         diffs.append(max_abs_diff(o.pop("_final"), p.pop("_final")))
         ours.append(o)
         plain.append(p)
