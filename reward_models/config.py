@@ -92,7 +92,9 @@ class TrainConfig(StrictModel):
     lr: float = Field(0.01, gt=0)
     weight_decay: float = Field(0.0, ge=0, description="Adam L2 on the parameters")
     reg: float = Field(0.0, ge=0, description="L2 on the batch's embedding rows (per triple)")
-    patience: int = Field(10, ge=1, description="evaluations without a better valid NDCG@10 before stopping")
+    patience: int = Field(
+        10, ge=1, description="evaluations without a better selection target (train.select) before stopping"
+    )
     early_stopping: bool = True
     restore_best: bool = Field(True, description="publish the weights of the best valid epoch")
     eval_every: int = Field(1, ge=1, description="epochs between valid evaluations")

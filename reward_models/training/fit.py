@@ -3,7 +3,8 @@
 Early stopping and best-evaluation selection watch the module's ``selection``
 (``reward_models.selection``: held-out impression log-loss, the uniform half's NDCG@10 or
 valid NDCG@10). Evaluations run every ``train.eval_every_steps`` optimiser steps when set
-(a fixed count: a run is reproducible), else every ``train.eval_every`` epochs. ``RUN/checkpoints/last.ckpt`` is written after every evaluation (and
+(a fixed count: a run is reproducible), else every ``train.eval_every`` epochs.
+``RUN/checkpoints/last.ckpt`` is written after every evaluation (and
 ``step-<N>.ckpt`` every ``train.checkpoint_every_n_steps`` steps, mid-epoch too);
 each resumes exactly (``fit(..., resume=path)``); ``RUN/logs/metrics.csv`` holds the
 epoch logs (TensorBoard logs beside it when ``tensorboard`` is installed).
