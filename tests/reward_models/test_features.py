@@ -56,3 +56,14 @@ def test_composed_tables_are_id_rows_plus_feature_rows():
     assert m.item_feat.grad is not None and torch.isfinite(m.item_feat.grad).all()
     assert m.item_feat.grad.abs().sum() > 0
     np.testing.assert_array_equal(sorted(k for k, _ in m.named_parameters()), ["item", "item_feat", "user"])
+
+
+def test_a_dataset_without_features_trains_on_ids(tmp_path):
+    from data_pipelines.splits import PositivesRule
+    from tests.data_pipelines.splits.helpers import coat_rows, make_dataset
+
+    ds = make_dataset(
+        tmp_path / "c", coat_rows(), source="coat"
+    )  # no categories, attributes, prices, features
+    data = RewardData.load(ds, "native", 0, PositivesRule(min_value=4))
+    assert item_features(ds, data, 8) is None and user_features(ds, data) is None
