@@ -76,7 +76,8 @@ def _cut(truth: Csr, candidates: Csr, data: RewardData, source: str) -> UniformH
     users = np.flatnonzero((truth.lengths() > 0) & data.seen_users())
     if users.size == 0:
         return None
-    report = report_side([data.user_ids()[u] for u in users.tolist()])
+    ids = data.user_ids()
+    report = report_side([ids[u] for u in users.tolist()])
     return UniformHalf(truth, candidates, users[~report], users[report], source)
 
 

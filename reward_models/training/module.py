@@ -3,9 +3,9 @@
 Validation ranks every item for each valid user (all of them, or the fixed sample
 ``eval.valid_users``) by the click score (train items masked) and reduces the per-rank sums
 of each metric across ranks, so ``valid/ndcg@10`` is the mean over those users whatever the
-number of ranks. With impressions it also logs ``valid/exposure_logloss``, with a uniform set
-``valid/uniform_ndcg@10`` on its selection half (every rank computes them on the same full
-tables). ``selection`` says which one early stopping and the best evaluation watch
+number of ranks. With impressions it also logs ``valid/exposure_logloss``; when the uniform
+set's selection half is the target, ``valid/uniform_ndcg@10`` (every rank computes them on the
+same full tables). ``selection`` says which one early stopping and the best evaluation watch
 (``reward_models.selection``). Checkpoints also carry
 the python, numpy and torch RNG states (the sampler's generator travels in the
 datamodule's state), as plain lists and tensors: loadable with
@@ -30,7 +30,7 @@ from reward_models.losses import StepWeights, dice_loss, discrepancy
 from reward_models.model import CausalEmbeddings, normalized_adjacency
 from reward_models.profile.fit import link_init
 from reward_models.rng import rng_state, set_rng_state
-from reward_models.selection import choose, load_uniform_half
+from reward_models.selection import UNIFORM, choose, load_uniform_half
 
 VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
 
@@ -79,8 +79,10 @@ class RewardModule(pl.LightningModule):
         self._item_click: torch.Tensor | None = None
         self._user_click: torch.Tensor | None = None
         self._seen_items = torch.from_numpy(data.seen_items())
-        self.half = load_uniform_half(data) if cfg.train.select == "auto" else None
-        self.selection = choose(cfg.train.select, data, self.half)
+        half = load_uniform_half(data) if cfg.train.select == "auto" else None
+        self.selection = choose(cfg.train.select, data, half)
+        # ranked at every evaluation only when it is the target (a full score matrix per user)
+        self.half = half if self.selection == UNIFORM else None
         self._epoch_loss: tuple[list[str], torch.Tensor] | None = None  # piece names, summed values
         self._epoch_steps = 0
 
