@@ -9,8 +9,15 @@ and one paired-difference line per preset against the baseline. Progress goes to
     python benchmarks/reward_quality.py train.epochs=200 train.early_stopping=false --data /tmp/ml \
         --loss-epochs 50 100 150 200      # overrides go before the options (nargs)
 
-Checkpoints are chosen on valid NDCG@10 only (early stopping); the split seeds are fixed
-by the command line, before anything is trained.
+Checkpoints are chosen on the preset's selection target (``train.select``; ``dice``: held-out
+impression log-loss where the data has impressions, else the uniform half, else valid NDCG@10;
+``mf``, ``lightgcn``: valid NDCG@10); the split seeds are fixed by the command line, before
+anything is trained. ``dice_v1`` is the ``dice`` preset as it was before hybrid features,
+impression negatives and the new selection (each switched off): today's model, for pairing.
+``--pipeline`` trains as ``parpo reward train`` does (stage 1 first when the preset enables it,
+its profiles initialising stage 2's users); without it, stage 2 alone (``fit``).
+``report_half.ndcg@10`` is the click ranking on the report half of a uniform-exposure set
+(synthetic ``uniform_test``, Coat's random test), MostPop's on the same users beside it.
 """
 
 from __future__ import annotations
@@ -34,7 +41,26 @@ KEYS = (
     "valid.ndcg@10",
     "synthetic.interest_spearman",
     "synthetic.uniform.ndcg@10",
+    "report_half.ndcg@10",
+    "mostpop.report_half.ndcg@10",
+    "test.ndcg@5",
+    "report_half.ndcg@5",
+    "mostpop.report_half.ndcg@5",
 )
+# Presets that are another preset with overrides (appended before the command line's).
+VARIANTS = {
+    "dice_v1": (
+        "dice",
+        [
+            "exposure.enabled=false",
+            "model.features.item=false",
+            "model.features.user=false",
+            "train.select=ndcg",
+            "train.eval_every_steps=0",
+            "eval.valid_users=0",
+        ],
+    )
+}
 
 
 def epoch_losses(metrics_csv: Path | None, epochs: list[int]) -> dict[str, Any]:
@@ -60,13 +86,18 @@ def one_run(
     seed: int,
     extra: list[str],
     loss_epochs: list[int] | None = None,
+    pipeline: bool = False,
 ) -> dict[str, Any]:
+    from data_pipelines.dataset import Dataset
     from parpo.presets import load
     from reward_models.config import RewardConfig
     from reward_models.data import RewardData
     from reward_models.evaluate import evaluate
-    from reward_models.pipeline import export_weights, readout_vectors
+    from reward_models.pipeline import attach_side_inputs, export_weights, readout_vectors, train_weights
+    from reward_models.selection import load_uniform_half
     from reward_models.training import fit
+
+    base, variant = VARIANTS.get(preset, (preset, []))
 
     over = [
         f"split.name={split}",
@@ -74,21 +105,36 @@ def one_run(
         f"runtime.seed={seed}",
         "train.progress_bar=false",
         "train.checkpoint=false",
+        *variant,
         *extra,
     ]
-    cfg = load(RewardConfig, "reward", preset, over)
+    cfg = load(RewardConfig, "reward", base, over)
     t0 = time.perf_counter()
-    data = RewardData.load(data_dir, split, split_seed, cfg.split.positives, cfg.split.algorithm)
+    ds = Dataset(data_dir)
+    data = RewardData.load(ds, split, split_seed, cfg.split.positives, cfg.split.algorithm)
+    attach_side_inputs(cfg, ds, data)
     with tempfile.TemporaryDirectory(prefix="reward-quality-") as run:
-        res = fit(cfg, data, run)
+        if pipeline:  # stage 1 (when the preset has it) + stage 2, as ``parpo reward train`` runs them
+            res, weights, stage1 = train_weights(cfg, ds, data, Path(run))
+        else:
+            res, stage1 = fit(cfg, data, run), {}
+            weights = export_weights(res.tables, data)
         losses = epoch_losses(res.logs, loss_epochs or [])
-    m = evaluate(readout_vectors(export_weights(res.tables, data), data), data, cfg.eval.ks, baselines=False)
+    vec = readout_vectors(weights, data, {"stage1": stage1} if stage1 else None)
+    half = load_uniform_half(data)
+    m = evaluate(vec, data, cfg.eval.ks, baselines=False, half=half)
     seconds = time.perf_counter() - t0
     flat = {
         f"{sec}.{k}": v
-        for sec in ("valid", "test", "synthetic", "diagnostics")
+        for sec in ("valid", "test", "synthetic", "diagnostics", "report_half")
         for k, v in m.get(sec, {}).items()
+        if isinstance(v, float | int)
     }
+    if half is not None:  # MostPop on the same report half (no training: a reference line per run)
+        from reward_models.evaluate import mostpop_scorer, report_half_metrics
+
+        pop = report_half_metrics(mostpop_scorer(data.popularity), data, half)
+        flat |= {f"mostpop.report_half.{k}": pop[k] for k in ("ndcg@5", "ndcg@10")}
     return {
         "bench": "reward_quality",
         "data": data_dir.name,
@@ -146,6 +192,11 @@ def main() -> None:
     ap.add_argument("--baseline", default="mf")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="train as `parpo reward train` does: stage 1 too when the preset enables it (else stage 2 only)",
+    )
+    ap.add_argument(
         "--loss-epochs", type=int, nargs="*", default=[], help="report train/loss at these epochs (1-based)"
     )
     ap.add_argument(
@@ -167,7 +218,9 @@ def main() -> None:
         for seed in args.seeds:
             for preset in args.presets:
                 print(f"{preset} split_seed={split_seed} seed={seed} ...", file=sys.stderr, flush=True)
-                row = one_run(data_dir, preset, args.split, split_seed, seed, extra, args.loss_epochs)
+                row = one_run(
+                    data_dir, preset, args.split, split_seed, seed, extra, args.loss_epochs, args.pipeline
+                )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for line in summarise(rows, args.baseline):

@@ -9,7 +9,7 @@
   (sampling included, validation excluded: ``FitResult.triples_per_s``).
 - ``plain``: the floor. The same model, losses, sampler, batch size and optimiser, driven by
   a bare PyTorch loop (``RewardModule.training_step``, ``backward``, ``step``): no Trainer,
-  no validation, no callbacks, for as many epochs as ``ours`` trained. ``same_weights``
+  no validation, no callbacks, for as many optimiser steps as ``ours`` took. ``same_weights``
   checks that it ends with the very weights ``ours`` ended with (before best-epoch
   restore), so the two time the same computation: bit for bit on the CPU, within 1e-4 on
   CUDA (atomic adds in no fixed order); ``max_abs_weight_diff`` gives the gap.
@@ -21,6 +21,11 @@ makes them comparable); ``loadavg_1m`` is the load before and after.
 
     python benchmarks/reward_train.py --data /tmp/ml                 # an ingested ML-100K
     python benchmarks/reward_train.py --movielens ../shared/data/movielens-100k --repeats 3
+    python benchmarks/reward_train.py --movielens ../shared/data/movielens-100k --presets dice dice_v1
+
+Presets may be ``reward_quality.VARIANTS`` (``dice_v1``: the dice model before hybrid features,
+impression negatives and the new selection). With two or more presets, a last line
+``reward_train_ratio`` gives each preset's training triples/s over the first one's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import torch  # noqa: E402
+from reward_quality import VARIANTS  # noqa: E402
 from reward_sampler import git_sha  # noqa: E402
 
 if TYPE_CHECKING:
@@ -55,8 +61,9 @@ def config(preset: str, split: str, split_seed: int, seed: int, extra: list[str]
     from parpo.presets import load
     from reward_models.config import RewardConfig
 
+    base, variant = VARIANTS.get(preset, (preset, []))
     over = [f"split.name={split}", f"split.seed={split_seed}", f"runtime.seed={seed}", *QUALITY_OVERRIDES]
-    return load(RewardConfig, "reward", preset, [*over, *extra])
+    return load(RewardConfig, "reward", base, [*over, *variant, *extra])
 
 
 def device_of(cfg: RewardConfig) -> str:
@@ -66,13 +73,16 @@ def device_of(cfg: RewardConfig) -> str:
 
 def run_ours(data_dir: Path, cfg: RewardConfig) -> dict[str, Any]:
     """Load + fit to early stop + test, timed as one span (the ``run_seconds`` of the issue)."""
+    from data_pipelines.dataset import Dataset
     from reward_models.data import RewardData
     from reward_models.evaluate import evaluate
-    from reward_models.pipeline import export_weights, readout_vectors
+    from reward_models.pipeline import attach_side_inputs, export_weights, readout_vectors
     from reward_models.training import fit
 
     t0, c0 = time.perf_counter(), time.process_time()
-    data = RewardData.load(data_dir, cfg.split.name, cfg.split.seed, cfg.split.positives, cfg.split.algorithm)
+    ds = Dataset(data_dir)
+    data = RewardData.load(ds, cfg.split.name, cfg.split.seed, cfg.split.positives, cfg.split.algorithm)
+    attach_side_inputs(cfg, ds, data)  # impressions and features, as ``parpo reward train`` does
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="reward-train-") as run:
         res = fit(cfg, data, run)
@@ -100,9 +110,10 @@ def run_ours(data_dir: Path, cfg: RewardConfig) -> dict[str, Any]:
     }
 
 
-def run_plain(data: RewardData, cfg: RewardConfig, epochs: int) -> dict[str, Any]:
-    """``epochs`` epochs of the same steps with a bare loop; the stream is built outside the timing
-    (Lightning builds it in ``setup``, outside its training time too)."""
+def run_plain(data: RewardData, cfg: RewardConfig, steps: int) -> dict[str, Any]:
+    """The same ``steps`` optimiser steps with a bare loop (step-based evaluation can stop mid-epoch);
+    the stream is built outside the timing (Lightning builds it in ``setup``, outside its training
+    time too)."""
     from reward_models.training import RewardModule, make_stream
 
     if cfg.runtime.threads:
@@ -113,8 +124,11 @@ def run_plain(data: RewardData, cfg: RewardConfig, epochs: int) -> dict[str, Any
     stream = make_stream(data, cfg)
     triples = 0
     t0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(epochs):
+    while steps > 0:
         for i, batch in enumerate(stream):
+            if steps == 0:
+                break
+            steps -= 1
             if device.type != "cpu":
                 batch = {
                     k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()
@@ -148,11 +162,11 @@ def bench(data_dir: Path, preset: str, args: argparse.Namespace) -> dict[str, An
         print(f"{preset} repeat {r + 1}/{args.repeats}: ours ...", file=sys.stderr, flush=True)
         o = run_ours(data_dir, cfg)
         print(
-            f"{preset} repeat {r + 1}/{args.repeats}: plain ({o['epochs']} epochs) ...",
+            f"{preset} repeat {r + 1}/{args.repeats}: plain ({o['steps']} steps) ...",
             file=sys.stderr,
             flush=True,
         )
-        p = run_plain(o.pop("_data"), cfg, o["epochs"])
+        p = run_plain(o.pop("_data"), cfg, o["steps"])
         diffs.append(max_abs_diff(o.pop("_final"), p.pop("_final")))
         ours.append(o)
         plain.append(p)
@@ -232,8 +246,27 @@ def main() -> None:
         data_dir = Path(tmp.name) / "movielens-100k"
         ingest(open_source("movielens", args.movielens, None), data_dir)
     args.data_name = "movielens-100k" if args.movielens is not None else data_dir.name
+    rows = []
     for preset in args.presets:
-        print(json.dumps(bench(data_dir, preset, args)), flush=True)
+        rows.append(bench(data_dir, preset, args))
+        print(json.dumps(rows[-1]), flush=True)
+    if len(rows) > 1:
+        first = rows[0]
+        ratio = {r["model"]: round(r["train_triples_per_s"] / first["train_triples_per_s"], 3) for r in rows}
+        cpu = {
+            r["model"]: round(r["train_cpu_triples_per_s"] / first["train_cpu_triples_per_s"], 3)
+            for r in rows
+        }
+        print(
+            json.dumps(
+                {
+                    "bench": "reward_train_ratio",
+                    "reference": first["model"],
+                    "triples_per_s": ratio,
+                    "cpu_triples_per_s": cpu,
+                }
+            )
+        )
     if tmp is not None:
         tmp.cleanup()
 

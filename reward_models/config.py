@@ -34,6 +34,16 @@ class LossWeights(StrictModel):
     disc: float = Field(0.01, ge=0, description="discrepancy between interest and conformity embeddings")
 
 
+class FeatureConfig(StrictModel):
+    """Hybrid embeddings: a user's (item's) vector on each branch is its id row plus the sum of
+    its features' rows (``reward_models.features``), so sparse and cold rows share strength.
+    Off (the default): ids only, today's model."""
+
+    item: bool = Field(False, description="item category, attributes and price bucket")
+    user: bool = Field(False, description="the users table's features (categorical and numeric)")
+    price_buckets: int = Field(8, ge=1, description="quantile buckets of the item price")
+
+
 class ModelConfig(StrictModel):
     backbone: Literal["mf", "lightgcn"] = Field(
         "mf", description="mf: embedding tables; lightgcn: graph propagation over the train interactions"
@@ -50,6 +60,24 @@ class ModelConfig(StrictModel):
     weights: LossWeights = LossWeights()
     reweight: float = Field(
         0.0, ge=0, description="popularity re-weighting exponent (interest: rare positives up; 0 = off)"
+    )
+    features: FeatureConfig = FeatureConfig()
+
+
+class ExposureConfig(StrictModel):
+    """Exposure-aware training (``reward_models.exposure``): impressions (shown, never a positive of
+    the pair) are negatives next to the sampled ones. Off, or a dataset without impressions:
+    today's training."""
+
+    enabled: bool = Field(False, description="use the dataset's impressions as negatives")
+    weight: float = Field(1.0, gt=0, description="weight of an impression triple (a sampled triple: 1)")
+    interest: Literal["popularity", "exposed"] = Field(
+        "popularity",
+        description="cause terms of impression triples: DICE's popularity rule, or exposed = "
+        "interest always, conformity never (equal exposure)",
+    )
+    valid_share: float = Field(
+        0.1, ge=0, lt=1, description="share of impression pairs held out (hash) for the valid log-loss"
     )
 
 
@@ -72,12 +100,21 @@ class TrainConfig(StrictModel):
     lr: float = Field(0.01, gt=0, description="Adam learning rate")
     weight_decay: float = Field(0.0, ge=0, description="Adam L2 on the parameters")
     reg: float = Field(0.0, ge=0, description="L2 on the batch's embedding rows (per triple)")
-    patience: int = Field(10, ge=1, description="evaluations without a better valid NDCG@10 before stopping")
+    patience: int = Field(
+        10, ge=1, description="evaluations without a better selection target (train.select) before stopping"
+    )
     early_stopping: bool = Field(
-        True, description="stop after `patience` evaluations without a better validation score"
+        True, description="stop after `patience` evaluations without a better selection target"
     )
     restore_best: bool = Field(True, description="publish the weights of the best valid epoch")
     eval_every: int = Field(1, ge=1, description="epochs between valid evaluations")
+    eval_every_steps: int = Field(
+        0, ge=0, description="optimiser steps between valid evaluations (0: every eval_every epochs)"
+    )
+    select: Literal["auto", "ndcg"] = Field(
+        "ndcg",
+        description="selection target: auto = held-out impression log-loss, else the uniform half, else valid NDCG@10",
+    )
     max_steps: int = Field(-1, ge=-1, description="stop after this many optimiser steps (-1: no limit)")
     progress_bar: bool = Field(True, description="show a progress bar (off in tests and logs)")
     checkpoint: bool = Field(True, description="write last.ckpt (exact resume) every evaluation")
@@ -89,6 +126,9 @@ class EvalConfig(StrictModel):
     batch_users: int = Field(1024, ge=1, description="users scored per batch in full-sort evaluation")
     spearman_items: int = Field(200, ge=2, description="random items per user for the synthetic Spearman")
     seed: int = Field(0, description="seed of the synthetic Spearman item draw")
+    valid_users: int = Field(
+        0, ge=0, description="fixed sample of valid users evaluated during training (0: all of them)"
+    )
 
     @model_validator(mode="after")
     def _k10(self) -> EvalConfig:
@@ -127,6 +167,7 @@ class RewardConfig(StrictModel):
     split: RewardSplitConfig = RewardSplitConfig()
     model: ModelConfig = ModelConfig()
     sampler: SamplerConfig = SamplerConfig()
+    exposure: ExposureConfig = ExposureConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     stage1: Stage1Config = Stage1Config()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -20,6 +20,10 @@ import polars as pl
 from data_pipelines.dataset import Dataset
 from data_pipelines.metrics import Csr, csr_from_pairs
 from data_pipelines.splits import ALGORITHM, PositivesRule, Split, load_split, meta_algorithm
+
+if TYPE_CHECKING:
+    from reward_models.exposure import Exposure
+    from reward_models.features import SideFeatures
 
 
 def index_pairs(frame: pl.DataFrame, users: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
@@ -51,6 +55,10 @@ class RewardData:
     cold_profile: pl.DataFrame = field(repr=False, default_factory=pl.DataFrame)
     cold_test: pl.DataFrame = field(repr=False, default_factory=pl.DataFrame)
     meta: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Attached for training when the config asks (``reward_models.pipeline.attach_side_inputs``).
+    exposure: Exposure | None = field(default=None, repr=False)
+    user_features: SideFeatures | None = field(default=None, repr=False)
+    item_features: SideFeatures | None = field(default=None, repr=False)
 
     @property
     def n_users(self) -> int:

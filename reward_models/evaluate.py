@@ -11,6 +11,9 @@ Sections of the result (they become ``metrics.json`` at publish):
   and ``conformity_spearman`` against the truth on ``spearman_items`` random warm
   items per warm user; ranking metrics on ``uniform_test/`` (each user's uniformly
   exposed items ranked by the click and by the interest score).
+- ``report_half`` (a uniform-exposure set: synthetic ``uniform_test``, Coat's random test): the
+  click ranking of the *report* half of its users (``reward_models.selection``): the half model
+  selection never reads; MostPop's beside it in ``baselines``.
 - ``baselines.mostpop``: the same harness with score = train popularity.
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -41,8 +44,12 @@ from data_pipelines.metrics import (
 )
 from reward_models.data import RewardData, index_pairs
 
+if TYPE_CHECKING:
+    from reward_models.selection import UniformHalf
+
 Scorer = Callable[[np.ndarray], np.ndarray]  # user indices [b] -> scores [b, n_items]
-UNIFORM_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
+UNIFORM_KS = (5, 10)  # 5: Coat's protocol (its random test is small); 10: the synthetic targets
+UNIFORM_METRICS = tuple(f"{m}@{k}" for k in UNIFORM_KS for m in ("ndcg", "recall", "hit", "mrr"))
 
 
 @dataclass
@@ -190,31 +197,45 @@ def truth_spearman(vec: Vectors, data: RewardData, n: int = 200, seed: int = 0) 
     return {k.removeprefix("synthetic."): v for k, v in res.items()}
 
 
-def uniform_metrics(
-    scorer: Scorer, data: RewardData, uniform: Dataset, prefix: str = "uniform"
-) -> dict[str, float]:
-    """Each warm user's uniformly exposed items ranked by ``scorer``; metrics@10 against the positives."""
+def uniform_sets(data: RewardData, uniform: Dataset) -> tuple[Csr, Csr]:
+    """(positives, exposed items) of a uniform-exposure dataset in ``data``'s index space, Csr each."""
     rows = uniform.interactions().collect()
     shown = index_pairs(rows.filter(pl.col("event") == "impression"), data.users, data.items)
     pos = index_pairs(rows.filter(data.rule.is_positive()), data.users, data.items)
     cand = csr_from_pairs(shown["u"].to_numpy(), shown["i"].to_numpy(), data.n_users)
-    truth = csr_from_pairs(pos["u"].to_numpy(), pos["i"].to_numpy(), data.n_users)
-    users = np.flatnonzero((truth.lengths() > 0) & data.seen_users())
+    return csr_from_pairs(pos["u"].to_numpy(), pos["i"].to_numpy(), data.n_users), cand
+
+
+def users_ranking(
+    scorer: Scorer, data: RewardData, truth: Csr, candidates: Csr, users: np.ndarray, prefix: str
+) -> dict[str, float]:
+    """Metrics@5 and @10 of ``users`` [U]: only their ``candidates`` (exposed items) compete, the
+    positives among them are ``truth`` (Csr with n_users rows each)."""
     if users.size == 0:
         return {}
-    topk = np.empty((users.size, 10), dtype=np.int64)
+    k = max(UNIFORM_KS)
+    topk = np.empty((users.size, k), dtype=np.int64)
     for s in range(0, users.size, 1024):
         b = users[s : s + 1024]
-        c = csr_rows(cand, b)
+        c = csr_rows(candidates, b)
         full = np.asarray(scorer(b), dtype=np.float64)
         masked = np.full(full.shape, -np.inf)  # only the exposed items compete
         r = c.row_ids()
         masked[r, c.indices] = full[r, c.indices]
-        topk[s : s + b.size] = topk_from_scores(masked, 10, None)
-    per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=(10,))
-    out = {f"{prefix}.{k}": float(np.nanmean(per_user[k])) for k in UNIFORM_METRICS}
+        topk[s : s + b.size] = topk_from_scores(masked, k, None)
+    per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=UNIFORM_KS)
+    out = {f"{prefix}.{m}": float(np.nanmean(per_user[m])) for m in UNIFORM_METRICS}
     out[f"{prefix}.n_users"] = float(users.size)
     return out
+
+
+def uniform_metrics(
+    scorer: Scorer, data: RewardData, uniform: Dataset, prefix: str = "uniform"
+) -> dict[str, float]:
+    """Each warm user's uniformly exposed items ranked by ``scorer``; metrics@10 against the positives."""
+    truth, cand = uniform_sets(data, uniform)
+    users = np.flatnonzero((truth.lengths() > 0) & data.seen_users())
+    return users_ranking(scorer, data, truth, cand, users, prefix)
 
 
 def synthetic_metrics(
@@ -240,8 +261,10 @@ def evaluate(
     spearman_items: int = 200,
     seed: int = 0,
     baselines: bool = True,
+    half: UniformHalf | None = None,
 ) -> dict[str, Any]:
-    """Every section of the module docstring for a model's vectors on ``data``'s split."""
+    """Every section of the module docstring for a model's vectors on ``data``'s split (``half``:
+    the uniform set's halves, for ``report_half``)."""
     vec = tables if isinstance(tables, Vectors) else Vectors.from_tables(tables)
     click = vec.scorer("click")
     out: dict[str, Any] = {
@@ -252,6 +275,8 @@ def evaluate(
     syn = synthetic_metrics(vec, data, click, spearman_items, seed)
     if syn:
         out["synthetic"] = syn
+    if half is not None:
+        out["report_half"] = report_half_metrics(click, data, half)
     if baselines:
         pop = mostpop_scorer(data.popularity)
         base: dict[str, Any] = {
@@ -261,5 +286,13 @@ def evaluate(
         syn_pop = synthetic_metrics(None, data, pop, spearman_items, seed)
         if syn_pop:
             base["synthetic"] = syn_pop
+        if half is not None:
+            base["report_half"] = report_half_metrics(pop, data, half)
         out["baselines"] = {"mostpop": base}
     return out
+
+
+def report_half_metrics(scorer: Scorer, data: RewardData, half: UniformHalf) -> dict[str, Any]:
+    """``scorer``'s metrics@10 on the report half of ``half`` (its source named)."""
+    ranked = users_ranking(scorer, data, half.truth, half.candidates, half.report_users, "report")
+    return {"source": half.source} | {k.removeprefix("report."): v for k, v in ranked.items()}

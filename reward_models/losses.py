@@ -172,6 +172,7 @@ def dice_loss(
     click_weight: Tensor | None = None,
     int_weight: Tensor | None = None,
     con_weight: Tensor | None = None,
+    exposed: Tensor | None = None,
     disc: Tensor | None = None,
     norm: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -181,7 +182,10 @@ def dice_loss(
     only ``L_click``); neg_more_popular, fallback: [B] bool; pos_weight: [B] weight of
     the positive; click_weight: [B] extra weight of the click term only (importance
     weights back to uniform negatives); int_weight, con_weight: [B] popularity re-weighting of the two cause
-    branches; disc: the discrepancy value (already computed on the subsample);
+    branches; exposed: [B] bool, triples whose negative was shown too (an impression): both
+    items had the same exposure, so the choice is taste: the interest term applies whatever
+    the popularity order and the conformity term does not; disc: the discrepancy value
+    (already computed on the subsample);
     norm: divisor of the sums (batch size when None).
     """
     b = neg_more_popular.shape[0]
@@ -196,6 +200,9 @@ def dice_loss(
         valid = 1.0 - fallback.to(pw.dtype) if fallback is not None else torch.ones_like(pw)
         wi = pw * valid * (int_weight if int_weight is not None else 1.0)
         wc = pw * valid * (con_weight if con_weight is not None else 1.0)
+        if exposed is not None:
+            more = torch.where(exposed, 1.0, more)
+            wc = wc * (~exposed).to(pw.dtype)
         d_int, d_con = scores.diff["interest"], scores.diff["conformity"]
         loss_int = bpr(d_int, wi * more, norm)
         # O: con(u,j) > con(u,i), else con(u,i) > con(u,j): one log-sigmoid of the signed difference

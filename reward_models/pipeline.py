@@ -38,9 +38,14 @@ from reward_models.config import RewardConfig
 from reward_models.data import RewardData
 from reward_models.evaluate import Vectors, evaluate
 from reward_models.readout import RewardModel, UserProfile
+from reward_models.selection import load_uniform_half
 
 if TYPE_CHECKING:
     from reward_models.training import FitResult
+
+# metadata.json ``model_version``: 1 (absent) = ids-only DICE trained on positives; 2 = the same
+# tables, optionally trained with hybrid features and impressions. The weights' layout is the same.
+MODEL_VERSION = 2
 
 
 @dataclass
@@ -91,6 +96,29 @@ def readout_vectors(
     return Vectors(users, model.item_vectors(data.item_ids())[0])
 
 
+def attach_side_inputs(cfg: RewardConfig, ds: Dataset, data: RewardData) -> None:
+    """Load what the config asks for onto ``data``: impression negatives, user and item features."""
+    from reward_models.exposure import load_exposure
+    from reward_models.features import item_features, user_features
+
+    if cfg.exposure.enabled:
+        data.exposure = load_exposure(ds, data, cfg.exposure.valid_share)
+    f = cfg.model.features
+    data.item_features = item_features(ds, data, f.price_buckets) if f.item else None
+    data.user_features = user_features(ds, data) if f.user else None
+
+
+def side_inputs_meta(data: RewardData) -> dict[str, Any]:
+    """What the model was trained with beyond the ids (``metadata.json``)."""
+    return {
+        "features": {
+            side: (x.names if x is not None else [])
+            for side, x in (("user", data.user_features), ("item", data.item_features))
+        },
+        "exposure": data.exposure.summary() if data.exposure is not None else None,
+    }
+
+
 def train_weights(
     cfg: RewardConfig, ds: Dataset, data: RewardData, run: Path, *, resume: str | Path | None = None
 ) -> tuple[FitResult, dict[str, torch.Tensor], dict[str, Any]]:
@@ -124,6 +152,7 @@ def metadata(
     m = cfg.model
     return ({"stage1": stage1} if stage1 else {}) | {
         "model": "causal_embeddings",
+        "model_version": MODEL_VERSION,
         "stage": 2,
         "backbone": m.backbone,
         "dim": m.dim,
@@ -135,6 +164,7 @@ def metadata(
         "warm_users": int(data.seen_users().sum()),
         "warm_items": int(data.seen_items().sum()),
         "n_train_pairs": data.n_train,
+        **side_inputs_meta(data),
         "readout": "reward_models.readout.RewardModel",
         "preference_reward": "position-discounted mean of per-user interest percentiles (docs/reward-model.md)",
         "training": training,
@@ -161,6 +191,7 @@ def train_and_publish(
     ds = Dataset(data_dir)
     s = cfg.split
     data = RewardData.load(ds, s.name, s.seed, s.positives, s.algorithm)
+    attach_side_inputs(cfg, ds, data)
     result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume)
     if not result.is_global_zero:
         return None
@@ -172,8 +203,10 @@ def train_and_publish(
         batch_users=e.batch_users,
         spearman_items=e.spearman_items,
         seed=e.seed,
+        half=load_uniform_half(data),
     )
     training = result.summary() | {"preset": label}
+    metrics["selection"] = training["selection"]
     metrics["training"] = training
     lineage = Lineage(
         parent=parent,
@@ -220,7 +253,7 @@ def evaluate_version(
     cfg_eval = (v.config or {}).get("eval", {})
     ks = ks or cfg_eval.get("ks") or [10, 20, 50]
     n, seed = cfg_eval.get("spearman_items", 200), cfg_eval.get("seed", 0)
-    result = evaluate(Vectors(uv, iv), data, ks, spearman_items=n, seed=seed)
+    result = evaluate(Vectors(uv, iv), data, ks, spearman_items=n, seed=seed, half=load_uniform_half(data))
     result |= {
         "split": name,
         "split_seed": lin.split.seed,

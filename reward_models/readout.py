@@ -51,6 +51,9 @@ from parpo_core.artefacts.errors import RegistryError
 from reward_models.artefact_kind import KIND
 
 REFERENCE_ITEMS = 4096
+# metadata ``model_version`` this code scores (absent: 1). Version 2 (hybrid features, impression
+# negatives) publishes the same composed vectors, so both read alike.
+MODEL_VERSIONS = (1, 2)
 
 
 class UserProfile(BaseModel):
@@ -95,6 +98,12 @@ class RewardModel:
         name: str = "",
     ) -> None:
         self.metadata, self.name = dict(metadata or {}), name
+        mv = self.metadata.get("model_version", 1)
+        if mv not in MODEL_VERSIONS:
+            raise RegistryError(
+                f"{name or 'reward model'}: model_version {mv} is not one this code reads "
+                f"({', '.join(map(str, MODEL_VERSIONS))}); upgrade parpo to load it"
+            )
         self.branches = [b for b in ("interest", "conformity") if f"user_{b}" in tables]
         self.user = {b: tables[f"user_{b}"].float() for b in self.branches}
         self.item = {b: tables[f"item_{b}"].float() for b in self.branches}

@@ -12,6 +12,12 @@ With ``disentangle=False`` there is one branch (``interest``) and
 The backbone decides how the tables become the vectors that are scored: ``mf``
 uses them as they are; ``lightgcn`` propagates each branch over the
 normalised user-item graph (``reward_models.model.graph``).
+
+Hybrid embeddings (``user_features`` / ``item_features``, sparse [n, F] matrices of
+``reward_models.features``): a row's table entry is its id row plus its features' rows,
+``e_i + X_i W`` on every branch, so a sparse item shares strength with items of its category,
+attributes and price. The composed rows are what every loss, the discrepancy, LightGCN and
+``export`` read: the readout sees plain vectors, as before.
 """
 
 from __future__ import annotations
@@ -140,6 +146,8 @@ class CausalEmbeddings(nn.Module):
         adj: Tensor | None = None,
         init_std: float = 0.1,
         generator: torch.Generator | None = None,
+        user_features: Tensor | None = None,
+        item_features: Tensor | None = None,
     ) -> None:
         super().__init__()
         if backbone not in ("mf", "lightgcn"):
@@ -154,6 +162,11 @@ class CausalEmbeddings(nn.Module):
             w = torch.empty(n, nb * dim)
             w.normal_(0.0, init_std, generator=generator)
             self.register_parameter(side, nn.Parameter(w))
+        # Feature rows start at zero: the model starts as the id-only one, features grow as they help.
+        self.features = {"user": user_features, "item": item_features}  # plain attributes, like adj
+        for side, x in self.features.items():
+            if x is not None:
+                self.register_parameter(f"{side}_feat", nn.Parameter(torch.zeros(x.shape[1], nb * dim)))
         self.adj = adj  # plain attribute: never in state_dict, moved by ``to`` below
 
     @property
@@ -164,6 +177,7 @@ class CausalEmbeddings(nn.Module):
         out = super()._apply(fn, recurse)
         if self.adj is not None:
             self.adj = fn(self.adj)
+        self.features = {k: fn(x) if x is not None else None for k, x in self.features.items()}
         return out
 
     def raw(self, side: str, branch: str) -> Tensor:
@@ -171,11 +185,19 @@ class CausalEmbeddings(nn.Module):
         k = self.branches.index(branch)
         return getattr(self, side)[:, k * self.dim : (k + 1) * self.dim]
 
+    def composed(self, side: str) -> Tensor:
+        """Id rows plus feature rows of one side [n, nb * dim] (the id table itself without features)."""
+        x = self.features[side]
+        if x is None:
+            return getattr(self, side)
+        return getattr(self, side) + torch.sparse.mm(x, getattr(self, f"{side}_feat"))
+
     def tables(self) -> Tables:
         """The scored vectors of every user and item (LightGCN: one propagation for all branches)."""
+        user, item = self.composed("user"), self.composed("item")
         if self.backbone == "mf":
-            return Tables(self.user, self.item, self.branches)
-        e = propagate(self.adj, torch.cat([self.user, self.item], dim=0), self.n_layers)
+            return Tables(user, item, self.branches)
+        e = propagate(self.adj, torch.cat([user, item], dim=0), self.n_layers)
         return Tables(e[: self.n_users], e[self.n_users :], self.branches)
 
     def forward(
@@ -191,7 +213,11 @@ class CausalEmbeddings(nn.Module):
         diff = _PairDifference.apply(t.user_all, t.item_all, user, pos, neg, nb)
         sq = None
         if sq_norm:
-            rows = (F.embedding(user, t.user_all), F.embedding(pos, t.item_all), F.embedding(neg, t.item_all))
+            # With features, the id rows alone: shrinking them lets the shared feature rows carry
+            # what sparse rows cannot learn (without features these are the scored rows of mf).
+            hybrid = any(x is not None for x in self.features.values())
+            u_rows, i_rows = (self.user, self.item) if hybrid else (t.user_all, t.item_all)
+            rows = (F.embedding(user, u_rows), F.embedding(pos, i_rows), F.embedding(neg, i_rows))
             sq = sum(r.pow(2).sum() for r in rows)
         return BatchScores({br: diff[:, k] for k, br in enumerate(self.branches)}, sq)
 

@@ -6,11 +6,10 @@ result = fit(cfg, RewardData.load("data/ml", "intervened"), "runs/r1")
 
 from reward_models.training.datamodule import RewardDataModule, make_stream
 from reward_models.training.fit import FitResult, fit, make_trainer
-from reward_models.training.module import MONITOR, RewardModule, build_model
+from reward_models.training.module import RewardModule, build_model
 from reward_models.training.stream import TripleStream
 
 __all__ = [
-    "MONITOR",
     "FitResult",
     "RewardDataModule",
     "RewardModule",

@@ -18,6 +18,7 @@ import torch
 from reward_models.config import RewardConfig
 from reward_models.curriculum import Curriculum
 from reward_models.data import RewardData
+from reward_models.exposure import ImpressionTriples
 from reward_models.sampler import PopularityNegativeSampler
 from reward_models.training.stream import TripleStream
 
@@ -47,6 +48,10 @@ def make_stream(data: RewardData, cfg: RewardConfig, rank: int = 0, world: int =
         loss_decay=s.loss_decay,
     )
     use_dcor = m.disentangle and m.discrepancy != "none"
+    imp = None
+    if data.exposure is not None and data.exposure.n_train > 0:
+        e = cfg.exposure
+        imp = ImpressionTriples(data.exposure, data.train, sampler.pop, e.weight, e.interest == "exposed")
     return TripleStream(
         sampler,
         curriculum,
@@ -56,7 +61,18 @@ def make_stream(data: RewardData, cfg: RewardConfig, rank: int = 0, world: int =
         world=world,
         dcor_sample=m.dcor_sample if use_dcor else 0,
         click_correction=s.click_correction,
+        impressions=imp,
     )
+
+
+def valid_sample(data: RewardData, cfg: RewardConfig) -> np.ndarray:
+    """The users evaluated during training [V] sorted: every valid user, or a fixed sample of
+    ``eval.valid_users`` of them (seeded by ``eval.seed``: the same users at every evaluation)."""
+    users = np.flatnonzero(data.valid.lengths() > 0)
+    n = cfg.eval.valid_users
+    if n == 0 or users.size <= n:
+        return users
+    return np.sort(np.random.default_rng(cfg.eval.seed).choice(users, n, replace=False))
 
 
 class UserChunks:
@@ -93,7 +109,7 @@ class RewardDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> UserChunks:
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        users = np.flatnonzero(self.data.valid.lengths() > 0)[rank::world]
+        users = valid_sample(self.data, self.cfg)[rank::world]
         b = self.cfg.eval.batch_users
         return UserChunks([torch.from_numpy(users[s : s + b]) for s in range(0, users.size, b)])
 

@@ -1,7 +1,10 @@
 """``fit``: train the stage-2 reward model with a Lightning Trainer (one process or DDP).
 
-Early stopping and best-epoch selection watch ``valid/ndcg@10`` (reduced over
-ranks). ``RUN/checkpoints/last.ckpt`` is written after every evaluation (and
+Early stopping and best-evaluation selection watch the module's ``selection``
+(``reward_models.selection``: held-out impression log-loss, the uniform half's NDCG@10 or
+valid NDCG@10). Evaluations run every ``train.eval_every_steps`` optimiser steps when set
+(a fixed count: a run is reproducible), else every ``train.eval_every`` epochs.
+``RUN/checkpoints/last.ckpt`` is written after every evaluation (and
 ``step-<N>.ckpt`` every ``train.checkpoint_every_n_steps`` steps, mid-epoch too);
 each resumes exactly (``fit(..., resume=path)``); ``RUN/logs/metrics.csv`` holds the
 epoch logs (TensorBoard logs beside it when ``tensorboard`` is installed).
@@ -27,8 +30,9 @@ from pytorch_lightning.loggers import CSVLogger
 
 from reward_models.config import RewardConfig
 from reward_models.data import RewardData
+from reward_models.selection import NDCG, Selection
 from reward_models.training.datamodule import RewardDataModule
-from reward_models.training.module import MONITOR, RewardModule
+from reward_models.training.module import RewardModule
 
 ACCELERATORS = {"auto": "auto", "cpu": "cpu", "cuda": "gpu", "mps": "mps"}
 
@@ -55,6 +59,8 @@ class FitResult:
     is_global_zero: bool
     best_score: float | None
     best_epoch: int | None
+    best_step: int | None
+    selection: Selection
     epochs: int
     steps: int
     train_seconds: float
@@ -72,7 +78,9 @@ class FitResult:
     def summary(self) -> dict[str, Any]:
         return {
             "best_epoch": self.best_epoch,
-            "best_valid_ndcg@10": self.best_score,
+            "best_step": self.best_step,
+            "selection": {"target": self.selection.target, "metric": self.selection.monitor},
+            f"best_{self.selection.monitor.replace('/', '_')}": self.best_score,
             "epochs": self.epochs,
             "steps": self.steps,
             "train_seconds": round(self.train_seconds, 3),
@@ -83,26 +91,33 @@ class FitResult:
 class BestWeights(Callback):
     """Keeps the exported tables of the best evaluation (in memory and in checkpoints)."""
 
-    def __init__(self, monitor: str = MONITOR) -> None:
-        self.monitor = monitor
-        self.best: float = -math.inf
+    def __init__(self, selection: Selection = NDCG) -> None:
+        self.monitor, self.sign = selection.monitor, 1.0 if selection.mode == "max" else -1.0
+        self.best: float = -math.inf  # sign * metric: larger is better
         self.epoch: int | None = None
+        self.step: int | None = None
         self.tables: dict[str, torch.Tensor] | None = None
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         v = trainer.callback_metrics.get(self.monitor)
         if v is None or trainer.sanity_checking:
             return
-        v = float(v)
+        v = self.sign * float(v)
         if math.isfinite(v) and v > self.best:
-            self.best, self.epoch = v, trainer.current_epoch
+            self.best, self.epoch, self.step = v, trainer.current_epoch, trainer.global_step
             self.tables = pl_module.model.export()
 
+    @property
+    def best_value(self) -> float | None:
+        """The best evaluation's metric (None before any)."""
+        return self.sign * self.best if self.tables is not None else None
+
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "epoch": self.epoch, "tables": self.tables}
+        return {"best": self.best, "epoch": self.epoch, "step": self.step, "tables": self.tables}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.epoch, self.tables = state["best"], state["epoch"], state["tables"]
+        self.step = state.get("step")  # checkpoints written before steps were kept
 
 
 class Throughput(Callback):
@@ -141,7 +156,9 @@ def _loggers(run_dir: Path) -> list[Any]:
     return loggers
 
 
-def make_trainer(cfg: RewardConfig, run_dir: Path, callbacks: list[Callback]) -> pl.Trainer:
+def make_trainer(
+    cfg: RewardConfig, run_dir: Path, callbacks: list[Callback], selection: Selection = NDCG
+) -> pl.Trainer:
     r, t = cfg.runtime, cfg.train
     accelerator = ACCELERATORS[r.device]
     strategy: Any = "auto"
@@ -152,7 +169,8 @@ def make_trainer(cfg: RewardConfig, run_dir: Path, callbacks: list[Callback]) ->
         strategy = DDPStrategy(process_group_backend="gloo" if cpu else None)
     cbs = list(callbacks)
     if t.early_stopping:
-        cbs.append(EarlyStopping(monitor=MONITOR, mode="max", patience=t.patience, check_finite=True))
+        mon, mode = selection.monitor, selection.mode
+        cbs.append(EarlyStopping(monitor=mon, mode=mode, patience=t.patience, check_finite=True))
     if t.checkpoint and t.checkpoint_every_n_steps:
         cbs.append(  # mid-epoch resume points: checkpoints/step-<N>.ckpt
             ModelCheckpoint(
@@ -179,7 +197,8 @@ def make_trainer(cfg: RewardConfig, run_dir: Path, callbacks: list[Callback]) ->
         strategy=strategy,
         max_epochs=t.epochs,
         max_steps=t.max_steps,
-        check_val_every_n_epoch=t.eval_every,
+        check_val_every_n_epoch=None if t.eval_every_steps else t.eval_every,
+        val_check_interval=t.eval_every_steps or None,
         num_sanity_val_steps=0,
         logger=_loggers(run_dir),
         callbacks=cbs,
@@ -211,8 +230,8 @@ def fit(
     pl.seed_everything(cfg.runtime.seed, workers=False, verbose=False)
     module = RewardModule(data, cfg, profile)
     dm = RewardDataModule(data, cfg)
-    best, speed = BestWeights(), Throughput()
-    trainer = make_trainer(cfg, run_dir, [best, speed])
+    best, speed = BestWeights(module.selection), Throughput()
+    trainer = make_trainer(cfg, run_dir, [best, speed], module.selection)
     trainer.fit(module, datamodule=dm, ckpt_path=str(resume) if resume else None)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     use_best = cfg.train.restore_best and best.tables is not None
@@ -221,8 +240,10 @@ def fit(
     return FitResult(
         tables=tables,
         is_global_zero=trainer.is_global_zero,
-        best_score=best.best if best.tables is not None else None,
+        best_score=best.best_value,
         best_epoch=best.epoch,
+        best_step=best.step,
+        selection=module.selection,
         epochs=trainer.current_epoch,
         steps=trainer.global_step,
         train_seconds=speed.seconds,

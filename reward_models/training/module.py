@@ -1,9 +1,12 @@
 """LightningModule of the stage-2 reward model: DICE losses, full-sort validation, exact-resume state.
 
-Validation ranks every item for each valid user by the click score (train
-items masked) and reduces the per-rank sums of each metric across ranks, so
-``valid/ndcg@10`` (what early stopping and best-epoch selection watch) is the
-mean over all valid users whatever the number of ranks. Checkpoints also carry
+Validation ranks every item for each valid user (all of them, or the fixed sample
+``eval.valid_users``) by the click score (train items masked) and reduces the per-rank sums
+of each metric across ranks, so ``valid/ndcg@10`` is the mean over those users whatever the
+number of ranks. With impressions it also logs ``valid/exposure_logloss``; when the uniform
+set's selection half is the target, ``valid/uniform_ndcg@10`` (every rank computes them on the
+same full tables). ``selection`` says which one early stopping and the best evaluation watch
+(``reward_models.selection``). Checkpoints also carry
 the python, numpy and torch RNG states (the sampler's generator travels in the
 datamodule's state), as plain lists and tensors: loadable with
 ``torch.load(weights_only=True)``.
@@ -22,11 +25,13 @@ from parpo_core.rng import rng_state, set_rng_state
 from reward_models.config import RewardConfig
 from reward_models.curriculum import Curriculum
 from reward_models.data import RewardData
+from reward_models.evaluate import users_ranking
+from reward_models.exposure import exposure_logloss
 from reward_models.losses import StepWeights, dice_loss, discrepancy
 from reward_models.model import CausalEmbeddings, normalized_adjacency
 from reward_models.profile.fit import link_init
+from reward_models.selection import UNIFORM, choose, load_uniform_half
 
-MONITOR = "valid/ndcg@10"
 VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
 
 
@@ -46,6 +51,8 @@ def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
         adj=adj,
         init_std=m.init_std,
         generator=torch.Generator().manual_seed(cfg.runtime.seed),
+        user_features=data.user_features.matrix if data.user_features is not None else None,
+        item_features=data.item_features.matrix if data.item_features is not None else None,
     )
 
 
@@ -72,6 +79,10 @@ class RewardModule(pl.LightningModule):
         self._item_click: torch.Tensor | None = None
         self._user_click: torch.Tensor | None = None
         self._seen_items = torch.from_numpy(data.seen_items())
+        half = load_uniform_half(data) if cfg.train.select == "auto" else None
+        self.selection = choose(cfg.train.select, data, half)
+        # ranked at every evaluation only when it is the target (a full score matrix per user)
+        self.half = half if self.selection == UNIFORM else None
         self._epoch_loss: tuple[list[str], torch.Tensor] | None = None  # piece names, summed values
         self._epoch_steps = 0
 
@@ -99,6 +110,7 @@ class RewardModule(pl.LightningModule):
             click_weight=batch.get("click_weight"),
             int_weight=batch["int_weight"],
             con_weight=batch["con_weight"],
+            exposed=batch.get("exposed"),
             disc=disc,
             norm=float(batch["norm"]),
         )
@@ -167,7 +179,27 @@ class RewardModule(pl.LightningModule):
         for k, v in zip(VALID_METRICS, sums[:-1], strict=True):
             # identical on every rank after the reduction; sync_dist only silences Lightning's warning
             self.log(f"valid/{k}", float(v) / n, prog_bar=k == "ndcg@10", sync_dist=True)
+        for k, v in self._selection_metrics().items():
+            self.log(k, v, prog_bar=k == self.selection.monitor, sync_dist=True)
         self._user_click = self._item_click = None
+
+    def _selection_metrics(self) -> dict[str, float]:
+        """Held-out impression log-loss and the uniform half's NDCG@10, where the data has them."""
+        user, item = self._user_click.float().cpu(), self._item_click.float().cpu()
+        out = {}
+        if self.data.exposure is not None:
+            loss, pairs = exposure_logloss(user, item, self.data.valid, self.data.exposure)
+            if pairs:
+                out["valid/exposure_logloss"] = loss
+        if self.half is not None and self.half.select_users.size:
+            h = self.half
+
+            def scorer(users: np.ndarray) -> np.ndarray:
+                return (user[torch.from_numpy(users)] @ item.T).numpy()
+
+            r = users_ranking(scorer, self.data, h.truth, h.candidates, h.select_users, "half")
+            out["valid/uniform_ndcg@10"] = r["half.ndcg@10"]
+        return out
 
     # -- exact resume ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -13,6 +13,10 @@ at the epoch's start). Restoring replays the epoch's permutation and skips the
 consumed batches, so the next batch is the one an uninterrupted run would see.
 The dCor subsample of each batch comes from a generator seeded by (seed, epoch,
 batch): the same on every rank and after a resume.
+
+With ``impressions`` (``reward_models.exposure``), every global batch also carries its slice
+of the epoch's impression triples (drawn from the sampler's generator right after its
+permutation, so a resume replays them too), appended after the sampled triples.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import torch
 from torch import Tensor
 
 from reward_models.curriculum import Curriculum
+from reward_models.exposure import ImpressionTriples
 from reward_models.sampler import PopularityNegativeSampler, Triples
+
+FIELDS = ("user", "pos", "neg", "neg_more_popular", "fallback", "pos_weight", "int_weight", "con_weight")
 
 
 def _subsample(x: Tensor, size: int, n: int, g: torch.Generator) -> Tensor:
@@ -43,7 +50,8 @@ class TripleStream:
     ``pos_weight, int_weight, con_weight`` [b] float32 (this rank's shard of the global
     batch); ``sub_user, sub_item`` [<= dcor_sample] int64 (subsample of the *global*
     batch's distinct users and items, absent when ``dcor_sample == 0``); ``click_weight`` [b]
-    float32 (with ``click_correction``, see ``_click_weight``); ``norm``
+    float32 (with ``click_correction``, see ``_click_weight``); ``exposed`` [b] bool (impression
+    triples flagged by ``exposure.interest=exposed``: False for sampled ones); ``norm``
     (len(global batch) / ranks), ``epoch``, ``index``, ``margin`` (python numbers).
     """
 
@@ -58,12 +66,13 @@ class TripleStream:
         world: int = 1,
         dcor_sample: int = 0,
         click_correction: bool = False,
+        impressions: ImpressionTriples | None = None,
     ) -> None:
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is not in [0, {world})")
         self.sampler, self.curriculum, self.batch_size = sampler, curriculum, batch_size
         self.seed, self.rank, self.world, self.dcor_sample = seed, rank, world, dcor_sample
-        self.click_correction = click_correction
+        self.click_correction, self.impressions = click_correction, impressions
         self._weights: tuple[float, tuple[Tensor, Tensor]] | None = None
         self.epoch = 0  # the epoch the next __iter__ draws
         self._start: dict[int, Tensor] = {0: sampler.generator.get_state()}
@@ -79,13 +88,15 @@ class TripleStream:
         self._skip = 0
         margin = self.curriculum.margin_at(epoch)
         last = len(self) - 1
-        for b, triples in enumerate(self.sampler.epoch(margin, self.batch_size)):
+        batches = self.sampler.epoch(margin, self.batch_size)  # draws the permutation now
+        imp = self.impressions.epoch(len(self), self.sampler.generator) if self.impressions else None
+        for b, triples in enumerate(batches):
             if b == last:
                 # The sampler draws nothing after the last batch. Loaders that know len() never
                 # ask for StopIteration, so the epoch is closed here, before the last yield.
                 self._close(epoch)
             if b >= skip:
-                yield self._batch(triples, epoch, b, margin)
+                yield self._batch(triples, epoch, b, margin, imp[b] if imp is not None else None)
         self._close(epoch)
 
     def _close(self, epoch: int) -> None:
@@ -93,30 +104,28 @@ class TripleStream:
             self.epoch = epoch + 1
             self._start = {epoch: self._start[epoch], epoch + 1: self.sampler.generator.get_state()}
 
-    def _batch(self, t: Triples, epoch: int, index: int, margin: float) -> dict[str, Any]:
-        n = len(t)
+    def _batch(
+        self, t: Triples, epoch: int, index: int, margin: float, imp: dict[str, Tensor] | None = None
+    ) -> dict[str, Any]:
+        full: dict[str, Tensor] = {k: getattr(t, k) for k in FIELDS}
+        if self.click_correction:
+            full["click_weight"] = self._click_weight(t, margin)
+        if imp is not None:  # a field only the impressions carry: neutral (False, 1.0) for sampled triples
+            n_s = len(t)
+            for k, v in imp.items():
+                if k not in full:
+                    full[k] = torch.zeros(n_s, dtype=v.dtype) if v.dtype == torch.bool else torch.ones(n_s)
+            full = {k: torch.cat([v, imp[k]]) for k, v in full.items()}
+        n = int(full["user"].shape[0])
         lo, hi = (n * self.rank) // self.world, (n * (self.rank + 1)) // self.world
-        out: dict[str, Any] = {
-            k: getattr(t, k)[lo:hi]
-            for k in (
-                "user",
-                "pos",
-                "neg",
-                "neg_more_popular",
-                "fallback",
-                "pos_weight",
-                "int_weight",
-                "con_weight",
-            )
-        }
+        out: dict[str, Any] = {k: v[lo:hi] for k, v in full.items()}
         if self.dcor_sample > 0:
             g = torch.Generator().manual_seed(
                 ((self.seed * 1_000_003 + epoch) * 1_000_003 + index) % (1 << 63)
             )
-            out["sub_user"] = _subsample(t.user, self.sampler.n_users, self.dcor_sample, g)
-            out["sub_item"] = _subsample(torch.cat([t.pos, t.neg]), self.sampler.n_items, self.dcor_sample, g)
-        if self.click_correction:
-            out["click_weight"] = self._click_weight(t, margin)[lo:hi]
+            out["sub_user"] = _subsample(full["user"], self.sampler.n_users, self.dcor_sample, g)
+            items = torch.cat([full["pos"], full["neg"]])
+            out["sub_item"] = _subsample(items, self.sampler.n_items, self.dcor_sample, g)
         out |= {"norm": n / self.world, "epoch": epoch, "index": index, "margin": margin}
         return out
 

@@ -85,7 +85,8 @@ def test_ddp_two_cpu_ranks_match_one_process(tiny_synth, tmp_path):
     """Two gloo ranks (one thread each) with global batch 256 == one process with batch 256.
 
     dCor stays on: its subsample comes from the global batch, the same on every rank. Nine
-    steps cross an epoch end, so the cross-rank reduction of the valid metrics is covered too.
+    steps cross an epoch end, and evaluations at steps 4 and 8 (``FAST``) cover the cross-rank reduction of
+    the valid metrics (and the impression triples, appended to every global batch).
     """
     common = [
         *FAST,

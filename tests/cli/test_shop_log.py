@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from tests.cli.test_policy import FAST, run
-from tests.plugins.rewards import FAST as REWARD_FAST
 from tests.plugins.data import TINY
+from tests.plugins.rewards import FAST as REWARD_FAST
 
 pytestmark = pytest.mark.integration
 

@@ -13,6 +13,7 @@ FAST = [
     "train.progress_bar=false",
     "train.batch_size=256",
     "train.epochs=3",
+    "train.eval_every_steps=4",
     "model.dim=8",
     "model.dcor_sample=32",
     "eval.ks=[10,20]",

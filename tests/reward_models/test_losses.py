@@ -187,3 +187,19 @@ def test_reg_needs_the_squared_norms():
     total, pieces = dice_loss(s, torch.tensor([True]), weights=StepWeights(0, 0, 0, reg=0.5), norm=2.0)
     assert pieces["loss/reg"].item() == pytest.approx(2.0)
     assert total.item() == pytest.approx(-ls(1.0) / 2 + 0.5 * 2.0)
+
+
+def test_exposed_triples_train_interest_always_and_conformity_never():
+    # two triples, both with the negative less popular (O = 0): normally interest is off for both
+    d_int, d_con = torch.tensor([0.5, -1.0]), torch.tensor([2.0, 0.0])
+    scores = BatchScores({"interest": d_int, "conformity": d_con})
+    more = torch.tensor([False, False])
+    w = StepWeights(int=1.0, con=1.0, disc=0.0)
+    _, plain = dice_loss(scores, more, weights=w)
+    _, mixed = dice_loss(scores, more, weights=w, exposed=torch.tensor([False, True]))
+    ls = torch.nn.functional.logsigmoid
+    assert float(plain["loss/interest"]) == 0.0
+    # the exposed triple alone enters the interest term, and leaves the conformity term
+    assert float(mixed["loss/interest"]) == pytest.approx(float(-ls(torch.tensor(-1.0)) / 2), rel=1e-6)
+    assert float(mixed["loss/conformity"]) == pytest.approx(float(-ls(torch.tensor(2.0)) / 2), rel=1e-6)
+    assert float(mixed["loss/click"]) == pytest.approx(float(plain["loss/click"]), rel=1e-6)

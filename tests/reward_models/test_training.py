@@ -85,6 +85,15 @@ def test_publish_writes_a_complete_version(published):
     assert {"interest_spearman", "conformity_spearman", "uniform.ndcg@10"} <= set(m["synthetic"])
     assert "ndcg@10" in m["baselines"]["mostpop"]["test"]
     assert v.lineage.split.name == "intervened" and v.lineage.data_fingerprint == m["data_fingerprint"]
+    # the dice preset's model: impressions as negatives (selection on their held-out log-loss), features
+    assert m["selection"] == {"target": "heldout_impression_logloss", "metric": "valid/exposure_logloss"}
+    assert (
+        m["report_half"]["source"] == "uniform_test" and "ndcg@10" in m["baselines"]["mostpop"]["report_half"]
+    )
+    meta = json.loads((v.path / "metadata.json").read_text())
+    assert meta["model_version"] == 2 and meta["exposure"]["train_impressions"] > 0
+    assert any(f.startswith("category=") for f in meta["features"]["item"])
+    assert any(f.startswith("region=") for f in meta["features"]["user"])
 
 
 def test_save_load_round_trip_gives_identical_scores(published, data):

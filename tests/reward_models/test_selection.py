@@ -1,0 +1,62 @@
+"""Model selection: the target's order and the stable uniform halves."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reward_models.data import RewardData
+from reward_models.exposure import Exposure
+from reward_models.selection import EXPOSURE, NDCG, UNIFORM, choose, load_uniform_half, report_side
+
+
+def test_report_side_is_a_stable_half_of_the_ids():
+    ids = [f"u{k}" for k in range(4000)]
+    side = report_side(ids)
+    assert abs(side.mean() - 0.5) < 0.03
+    # a user's side depends on its id only: not on the order or on the other users
+    assert np.array_equal(report_side(ids[::-1])[::-1], side)
+    assert report_side(ids[7:8])[0] == side[7]
+
+
+def test_selection_prefers_impressions_then_the_uniform_half_then_ndcg(tiny_synth):
+    data = RewardData.load(tiny_synth, "intervened")
+    half = load_uniform_half(data)
+    assert half is not None and half.source == "uniform_test"
+    assert not set(half.select_users) & set(half.report_users)
+    assert choose("auto", data, half) == UNIFORM
+    assert choose("auto", data, None) == NDCG
+    v = np.flatnonzero(data.valid.lengths() > 0)[:3]
+    empty = np.zeros(0, np.int64)
+    data.exposure = Exposure(empty, empty, v, np.zeros(3, np.int64))
+    assert choose("auto", data, half) == EXPOSURE
+    assert choose("ndcg", data, half) == NDCG
+    # held-out impressions of users without a valid positive cannot be compared: skipped
+    no_valid = np.flatnonzero(data.valid.lengths() == 0)[:3]
+    data.exposure = Exposure(empty, empty, no_valid, np.zeros(3, np.int64))
+    assert choose("auto", data, half) == UNIFORM
+
+
+def test_coat_halves_rank_each_users_random_items(tmp_path):
+    import polars as pl
+
+    from data_pipelines.splits import PositivesRule
+    from reward_models.evaluate import users_ranking
+    from tests.data_pipelines.splits.helpers import coat_rows, make_dataset
+
+    ds = make_dataset(tmp_path / "coat", coat_rows(), source="coat")
+    data = RewardData.load(ds, "native", 0, PositivesRule(min_value=4))
+    half = load_uniform_half(data)
+    assert half is not None and half.source == "native_test"
+    rand = ds.interactions().filter(pl.col("logging_policy") == "uniform_random").collect()
+    assert int(half.candidates.lengths().sum()) == rand.select("user_id", "item_id").unique().height
+    users = np.union1d(half.select_users, half.report_users)
+    assert np.array_equal(users, np.flatnonzero((data.test.lengths() > 0) & data.seen_users()))
+    truth = half.truth
+
+    def oracle(u: np.ndarray) -> np.ndarray:  # a relevant random item scores 1, the rest 0
+        s = np.zeros((u.size, data.n_items))
+        for r, user in enumerate(u):
+            s[r, truth.row(int(user))] = 1.0
+        return s
+
+    assert users_ranking(oracle, data, truth, half.candidates, half.report_users, "h")["h.ndcg@5"] == 1.0
