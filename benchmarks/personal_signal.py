@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def paired(
@@ -94,7 +97,28 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--tasks", type=int, default=64)
+    ap.add_argument(
+        "--forward",
+        nargs="+",
+        metavar="VERSION",
+        help="only time serving's forward_ms (benchmarks/serve_load.py) of these policy versions, in turn",
+    )
     a = ap.parse_args()
+    if a.forward:
+        from benchmarks.serve_load import forward_ms
+        from parpo.policy.bundle import PolicyBundle
+
+        for v in a.forward:
+            bundle = PolicyBundle.load(a.registry, v)
+            users = list(bundle.reward_model.user_index)[:1000]
+            ms = forward_ms(a.registry, users, 10, version=v)
+            personal = bundle.policy.net.cfg.personal_features
+            print(
+                json.dumps(
+                    {"what": "forward", "policy_version": v, "personal_features": personal, "forward_ms": ms}
+                )
+            )
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for seed in a.seeds:
             for personal in (False, True):
