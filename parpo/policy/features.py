@@ -6,8 +6,9 @@ Keys of the encoded batch (B observations; N = ``max_candidates``, H = ``history
 through their profile), ``request`` [B, 5] float32 (has category, has price cap, scaled cap,
 has attributes, cold), ``step`` [B] int64, ``history`` [B, H] int64 call codes,
 ``cand_rows`` [B, N] int64 catalogue rows (0 where padded), ``cand_feats`` [B, N, F] float32
-catalogue features (then ``PERSONAL_FEATURES`` when the policy uses them), ``cand_mask`` [B, N] bool, ``tool_mask`` [B, 3] bool, ``scope_free`` and
-``constrain_free`` [B] bool, ``n_pick`` [B] int64 pointers a recommend fills.
+catalogue features (then ``PERSONAL_FEATURES`` when the policy uses them), ``cand_mask`` [B, N]
+bool, ``tool_mask`` [B, 3] bool, ``scope_free`` and ``constrain_free`` [B] bool, ``n_pick`` [B]
+int64 pointers a recommend fills.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ PERSONAL_FEATURES: tuple[str, ...] = ("rm_interest_pct", "rm_interest_z", "rm_co
 NEUTRAL = np.array([0.5, 0.0, 0.0, 0.0], dtype=np.float32)
 #: Cached per-user tables hold at most this many cells (users x items x features) in all.
 PERSONAL_CACHE_CELLS = 1 << 24
+#: (user, item) pairs per reward-model call when building tables (a batch of users x a large
+#: catalogue would otherwise gather every pair's vectors at once).
+PERSONAL_MAX_PAIRS = 1 << 21
 
 
 def personal_table(interest: np.ndarray, conformity: np.ndarray, scored: np.ndarray) -> np.ndarray:
@@ -98,20 +102,27 @@ class Featurizer:
         return np.stack(vecs)
 
     def _personal_tables(self, todo: Sequence[tuple[str, tuple[str, ...] | None]]) -> list[np.ndarray]:
-        """One ``personal_table`` per (user, profile), from one reward-model call over the catalogue."""
-        items = self.catalogue.item_ids
+        """One ``personal_table`` per (user, profile): reward-model calls over the whole catalogue,
+        at most ``PERSONAL_MAX_PAIRS`` pairs each."""
+        items = list(self.catalogue.item_ids)
         n = len(items)
-        users = [u for u, _ in todo for _ in range(n)]
-        prof = {u: list(p) for u, p in todo if p is not None}
-        s = self.reward_model.score(users, list(items) * len(todo), prof or None)
-        return [
-            personal_table(
-                s["interest"][j * n : (j + 1) * n],
-                s["conformity"][j * n : (j + 1) * n],
-                ~s["cold_item"][j * n : (j + 1) * n],
+        per_call = max(1, PERSONAL_MAX_PAIRS // max(n, 1))
+        out = []
+        for start in range(0, len(todo), per_call):
+            chunk = todo[start : start + per_call]
+            prof = {u: list(p) for u, p in chunk if p is not None}
+            s = self.reward_model.score(
+                [u for u, _ in chunk for _ in range(n)], items * len(chunk), prof or None
             )
-            for j in range(len(todo))
-        ]
+            out += [
+                personal_table(
+                    s["interest"][j * n : (j + 1) * n],
+                    s["conformity"][j * n : (j + 1) * n],
+                    ~s["cold_item"][j * n : (j + 1) * n],
+                )
+                for j in range(len(chunk))
+            ]
+        return out
 
     def personal_tables(self, observations: Sequence[Observation]) -> list[np.ndarray]:
         """[n_items, 4] ``PERSONAL_FEATURES`` per observation; warm users' tables are cached."""

@@ -11,8 +11,8 @@ without replacement from those scores (Gumbel top-k when sampling, top-k when gr
 Personalisation comes from three places: the reward model's scores of each candidate for the
 user (``PERSONAL_FEATURES``, unless ``personal_features`` is off), the reward model's user
 vector on the state token, and a learned user x item pointer term ``<W user, e_item>`` over
-the policy's own item embeddings. Everything runs on whatever device the
-parameters are on; CPU is the default and trains in minutes.
+the policy's own item embeddings. Everything runs on whatever device the parameters are on;
+CPU is the default and trains in minutes.
 """
 
 from __future__ import annotations

@@ -72,3 +72,18 @@ def test_personal_features_follow_the_candidates_and_the_switch():
     got = on[0, :, n].tolist()
     np.testing.assert_allclose(got, [pct[i] for i in obs.candidate_ids], rtol=1e-6)
     assert on[0, :, n + 3].tolist() == [1.0] * 6
+
+
+def test_personal_tables_in_bounded_calls_are_the_same(monkeypatch):
+    """A batch of users x a large catalogue is scored in several calls, with the same tables."""
+    env = BatchEnv(hand_catalogue(), HandUsers(), EnvConfig(k=3, max_steps=3, search_k=6))
+    obs = env.reset([Task(f"t{u}", u, Request(), target="a0") for u in ("u1", "u2", "u9")])
+    one = Featurizer(HandUsers(), hand_catalogue(), 6, 3, personal=True).personal_tables(obs)
+    monkeypatch.setattr(features, "PERSONAL_MAX_PAIRS", 6)  # one user (six items) per call
+    rm = CountingUsers()
+    calls = []
+    rm.score = lambda u, i, p=None: calls.append(len(u)) or HandUsers.score(rm, u, i, p)
+    split = Featurizer(rm, hand_catalogue(), 6, 3, personal=True).personal_tables(obs)
+    assert calls == [6, 6, 6]
+    for a, b in zip(one, split, strict=True):
+        np.testing.assert_array_equal(a, b)
