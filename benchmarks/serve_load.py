@@ -155,7 +155,7 @@ def batch_stats(port: int) -> tuple[float, float]:
     return vals.get("parpo_batch_size_sum", 0.0), vals.get("parpo_batch_size_count", 0.0)
 
 
-def forward_ms(reg: Path, users: list[str], k: int, repeats: int = 30) -> float:
+def forward_ms(reg: Path, users: list[str], k: int, repeats: int = 30, version: str | None = None) -> float:
     import torch
 
     from serving.acting import LoadedModel
@@ -164,7 +164,7 @@ def forward_ms(reg: Path, users: list[str], k: int, repeats: int = 30) -> float:
 
     torch.set_num_threads(1)
     cfg = ServeConfig()
-    m = LoadedModel.load(str(reg), None, 0)
+    m = LoadedModel.load(str(reg), version, 0)
     m.warm(cfg.exploration.samples, cfg.exploration.temperature)
     times = []
     for i in range(repeats):

@@ -43,8 +43,20 @@ def load_config(config: str, algo: str | None, group_size: int | None, overrides
 
 
 def _line(section: dict[str, Any]) -> str:
-    keys = ("hit@10", "ndcg@10", "task_quality", "preference", "true_preference")
+    # Where the truth is known it leads: hit@10/NDCG follow the logging policy's exposure there.
+    keys = ("true_preference", "hit@10", "ndcg@10", "task_quality", "preference")
     return "  ".join(f"{k} {section[k]:.3f}" for k in keys if k in section)
+
+
+def oracle_share(part: dict[str, Any]) -> float | None:
+    """The policy's share of ``oracle_true``'s true-preference margin over popularity:
+    ``(policy - popularity) / (oracle_true - popularity)``; None without the truth or a margin."""
+    base = part.get("baselines", {})
+    if "oracle_true" not in base or "true_preference" not in part.get("policy", {}):
+        return None
+    pop = base["popularity"]["true_preference"]
+    margin = base["oracle_true"]["true_preference"] - pop
+    return (part["policy"]["true_preference"] - pop) / margin if margin > 0 else None
 
 
 @app.command()
@@ -163,6 +175,15 @@ def print_eval(result: dict[str, Any], path: Path) -> None:
             console.print(f"  policy         {_line(r.get('policy', {}))}")
             for name, m in r["baselines"].items():
                 console.print(f"  {name:<14} {_line(m)}")
+            share = oracle_share(r)
+            if share is not None:
+                console.print(
+                    f"  share of the oracle's margin over popularity (true preference): {share:.1%}"
+                )
+            if "true_preference" in r.get("policy", {}):
+                console.print(
+                    "  (hit@10/ndcg@10 follow the logging policy's exposure on data with a known truth)"
+                )
     console.print(f"plan diversity (bits): {result['plan_diversity']}")
     console.print(f"recorded {path}")
 

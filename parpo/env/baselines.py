@@ -1,8 +1,10 @@
-"""Reference agents: random, popularity, the best single fixed plan, greedy reward model.
+"""Reference agents: random, popularity, the best single fixed plan, greedy reward model, and
+(where the truth is known) ``oracle_true``.
 
 Every agent is batched: ``act(observations) -> actions`` (one per observation). They are the
-bar a learned policy must clear; ``greedy_reward`` is an oracle-like reference (it reads the
-reward model, which a policy only sees through its reward, and ranks the whole category).
+bar a learned policy must clear; ``greedy_reward`` is an oracle-like reference (it ranks the
+whole category by the reward model's interest score); ``oracle_true`` ranks it by the true
+interest instead, the ceiling of true preference any agent can reach on the same requests.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from parpo.env.environment import TrueInterest
 from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES, Constraints, Filter, Recommend, Search
@@ -128,7 +131,7 @@ class GreedyRewardAgent:
     recommend the top K in one step, without searching. Falls back to the whole category, then
     the whole catalogue, when nothing meets the request."""
 
-    reward_model: RewardModel
+    reward_model: RewardModel | TrueScores
     name: str = "greedy_reward"
     oracle: bool = True
     #: (user, item) pairs scored per reward-model call: an open request's pool is the whole
@@ -166,6 +169,25 @@ class GreedyRewardAgent:
             order = np.lexsort((pool, -s))[: obs.k]  # best interest first, ties by row
             out.append(_recommend(obs, pool[order]))
         return out
+
+
+@dataclass(frozen=True)
+class TrueScores:
+    """The truth in the reward model's place for ``GreedyRewardAgent``: ``score`` returns the
+    true interest of each pair (``data_pipelines.synth.Truth.interest``)."""
+
+    true_interest: TrueInterest
+
+    def score(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Any = None
+    ) -> dict[str, np.ndarray]:
+        """``{"interest": [N] float64}`` of the pairs (user_ids[k], item_ids[k]); profiles unused."""
+        return {"interest": np.asarray(self.true_interest(user_ids, item_ids), dtype=np.float64)}
+
+
+def oracle_true_agent(true_interest: TrueInterest) -> GreedyRewardAgent:
+    """``greedy_reward`` with the true interest as its score (synthetic data)."""
+    return GreedyRewardAgent(TrueScores(true_interest), name="oracle_true")
 
 
 def _pool(obs: Observation) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Evaluate a published policy on held-out tasks, next to the four reference agents.
+"""Evaluate a published policy on held-out tasks, next to the four reference agents (and
+``oracle_true``, ``greedy_reward`` ranking by the true interest, where the data knows the truth).
 
 Warm tasks come from the test part of the reward version's split, cold ones from the held-out
 users' ``cold_test`` (``parpo.env.tasks``); each set is cut to a fixed-size, hash-stable sample
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from parpo.env.baselines import Agent
+from parpo.env.baselines import Agent, oracle_true_agent
 from parpo.env.environment import BatchEnv
 from parpo.env.evaluate import METRICS, baseline_agents, run_episodes, summarise
 from parpo.env.source import EnvSource
@@ -108,6 +109,7 @@ def evaluate_policy(
     agents = [
         PolicyAgent(bundle.policy, greedy=greedy, seed=seed),
         *baseline_agents(env, train, env_cfg.seed),
+        *([oracle_true_agent(src.truth.interest)] if src.truth is not None else []),
     ]
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -22,3 +22,9 @@ class NativePolicyConfig(StrictModel):
     max_k: int = Field(10, ge=1, le=MAX_ITEMS, description="largest slate the pointer head fills")
     max_candidates: int = Field(50, ge=1, le=MAX_ITEMS, description="candidate slots (>= the env's search_k)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts")
+    personal_features: bool = Field(
+        True,
+        description="add the reward model's scores of each candidate for the user (interest percentile, "
+        "interest and conformity z-scores, scored flag) to its features; false for the ablation "
+        "(policies saved before the option existed load with false)",
+    )

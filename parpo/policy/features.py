@@ -6,8 +6,9 @@ Keys of the encoded batch (B observations; N = ``max_candidates``, H = ``history
 through their profile), ``request`` [B, 5] float32 (has category, has price cap, scaled cap,
 has attributes, cold), ``step`` [B] int64, ``history`` [B, H] int64 call codes,
 ``cand_rows`` [B, N] int64 catalogue rows (0 where padded), ``cand_feats`` [B, N, F] float32
-catalogue features, ``cand_mask`` [B, N] bool, ``tool_mask`` [B, 3] bool, ``scope_free`` and
-``constrain_free`` [B] bool, ``n_pick`` [B] int64 pointers a recommend fills.
+catalogue features (then ``PERSONAL_FEATURES`` when the policy uses them), ``cand_mask`` [B, N]
+bool, ``tool_mask`` [B, 3] bool, ``scope_free`` and ``constrain_free`` [B] bool, ``n_pick`` [B]
+int64 pointers a recommend fills.
 """
 
 from __future__ import annotations
@@ -28,18 +29,57 @@ N_REQUEST = 5
 HISTORY = 8
 #: Cached user vectors (least recently used evicted past this): serving sees endless user ids.
 USER_CACHE_LIMIT = 100_000
+#: The reward model's view of a candidate for this user (``personal_table``).
+PERSONAL_FEATURES: tuple[str, ...] = ("rm_interest_pct", "rm_interest_z", "rm_conformity_z", "rm_scored")
+#: Neutral values of an item the reward model cannot score (median, mean, mean, not scored).
+NEUTRAL = np.array([0.5, 0.0, 0.0, 0.0], dtype=np.float32)
+#: Cached per-user tables hold at most this many cells (users x items x features) in all.
+PERSONAL_CACHE_CELLS = 1 << 24
+#: (user, item) pairs per reward-model call when building tables (a batch of users x a large
+#: catalogue would otherwise gather every pair's vectors at once).
+PERSONAL_MAX_PAIRS = 1 << 21
+
+
+def personal_table(interest: np.ndarray, conformity: np.ndarray, scored: np.ndarray) -> np.ndarray:
+    """[n_items, 4] float32 ``PERSONAL_FEATURES`` of one user from the reward model's scores of
+    every catalogue item ([n_items] each; ``scored`` false where the model has no vector).
+
+    Percentile: rank of the interest among the scored items in [0, 1] (ties share the lower
+    rank), so it means the same for every user whatever the scale of their scores; z-scores
+    standardise over the scored items. Unscored items get ``NEUTRAL``.
+    """
+    out = np.tile(NEUTRAL, (interest.size, 1))
+    s = np.flatnonzero(scored)
+    if s.size == 0:
+        return out
+    vi, vc = interest[s].astype(np.float64), conformity[s].astype(np.float64)
+    below = np.searchsorted(np.sort(vi), vi, side="left")
+    out[s, 0] = below / max(s.size - 1, 1)
+    out[s, 1] = (vi - vi.mean()) / (vi.std() or 1.0)
+    out[s, 2] = (vc - vc.mean()) / (vc.std() or 1.0)
+    out[s, 3] = 1.0
+    return out
 
 
 class Featurizer:
     """Encodes observations; warm users' vectors are cached (they never change for a reward version)."""
 
     def __init__(
-        self, reward_model: RewardModel, catalogue: Catalogue, max_candidates: int, max_k: int
+        self,
+        reward_model: RewardModel,
+        catalogue: Catalogue,
+        max_candidates: int,
+        max_k: int,
+        personal: bool = False,
     ) -> None:
         self.reward_model, self.catalogue = reward_model, catalogue
-        self.max_candidates, self.max_k = max_candidates, max_k
+        self.max_candidates, self.max_k, self.personal = max_candidates, max_k, personal
+        self.features = (*FEATURES, *(PERSONAL_FEATURES if personal else ()))
         self._users: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
             USER_CACHE_LIMIT
+        )
+        self._personal: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
+            max(1, PERSONAL_CACHE_CELLS // max(len(catalogue) * len(PERSONAL_FEATURES), 1))
         )
         price = np.nan_to_num(catalogue.price, nan=0.0)
         self._log_max_price = float(np.log1p(price.max(initial=0.0))) or 1.0
@@ -61,8 +101,37 @@ class Featurizer:
         )
         return np.stack(vecs)
 
+    def _personal_tables(self, todo: Sequence[tuple[str, tuple[str, ...] | None]]) -> list[np.ndarray]:
+        """One ``personal_table`` per (user, profile): reward-model calls over the whole catalogue,
+        at most ``PERSONAL_MAX_PAIRS`` pairs each."""
+        items = list(self.catalogue.item_ids)
+        n = len(items)
+        per_call = max(1, PERSONAL_MAX_PAIRS // max(n, 1))
+        out = []
+        for start in range(0, len(todo), per_call):
+            chunk = todo[start : start + per_call]
+            prof = {u: list(p) for u, p in chunk if p is not None}
+            s = self.reward_model.score(
+                [u for u, _ in chunk for _ in range(n)], items * len(chunk), prof or None
+            )
+            out += [
+                personal_table(
+                    s["interest"][j * n : (j + 1) * n],
+                    s["conformity"][j * n : (j + 1) * n],
+                    ~s["cold_item"][j * n : (j + 1) * n],
+                )
+                for j in range(len(chunk))
+            ]
+        return out
+
+    def personal_tables(self, observations: Sequence[Observation]) -> list[np.ndarray]:
+        """[n_items, 4] ``PERSONAL_FEATURES`` per observation; warm users' tables are cached."""
+        keys = [(o.task.user_id, o.task.profile) for o in observations]
+        return self._personal.lookup(keys, self._personal_tables, keep=lambda k: k[1] is None)
+
     def encode(self, observations: Sequence[Observation]) -> dict[str, Tensor]:
-        b, n, f = len(observations), self.max_candidates, len(FEATURES)
+        b, n, f = len(observations), self.max_candidates, len(self.features)
+        tables = self.personal_tables(observations) if self.personal else None
         request = np.zeros((b, N_REQUEST), dtype=np.float32)
         step = np.zeros(b, dtype=np.int64)
         history = np.zeros((b, HISTORY), dtype=np.int64)
@@ -86,7 +155,9 @@ class Featurizer:
             history[i] = history_codes(o.history, HISTORY)
             m = min(len(o.candidates), n)
             rows[i, :m] = o.candidates[:m]
-            feats[i, :m] = o.features[:m]
+            feats[i, :m, : len(FEATURES)] = o.features[:m]
+            if tables is not None:
+                feats[i, :m, len(FEATURES) :] = tables[i][o.candidates[:m]]
             cmask[i, :m] = True
             tools[i], scope[i], constrain[i], n_pick[i] = choice_masks(o, self.max_k)
             n_pick[i] = min(n_pick[i], m)

@@ -8,10 +8,11 @@ without replacement from those scores (Gumbel top-k when sampling, top-k when gr
 
     log p(slate) = sum_j [ s(c_j) / tau - logsumexp_{c not in c_<j} s(c) / tau ]
 
-Personalisation has to come from here: candidates carry catalogue features only, the user
-enters through the reward model's user vector, and the pointer adds a learned user x item
-term ``<W user, e_item>`` over the policy's own item embeddings. Everything runs on whatever device the
-parameters are on; CPU is the default and trains in minutes.
+Personalisation comes from three places: the reward model's scores of each candidate for the
+user (``PERSONAL_FEATURES``, unless ``personal_features`` is off), the reward model's user
+vector on the state token, and a learned user x item pointer term ``<W user, e_item>`` over
+the policy's own item embeddings. Everything runs on whatever device the parameters are on;
+CPU is the default and trains in minutes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
-from parpo.policy.features import HISTORY, N_REQUEST, Featurizer
+from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
 from parpo.policy.tokens import (
     CONSTRAIN,
     HEAD,
@@ -76,7 +77,7 @@ class NativeNet(nn.Module):
         self.step = nn.Embedding(MAX_STEP_EMBED, d)
         self.call = nn.Embedding(len(SIGNATURES) + 1, d, padding_idx=0)
         self.call_pos = nn.Embedding(HISTORY, d)
-        self.cand = nn.Linear(len(FEATURES), d)
+        self.cand = nn.Linear(len(FEATURES) + (len(PERSONAL_FEATURES) if cfg.personal_features else 0), d)
         self.item = nn.Embedding(n_items, d) if cfg.item_embeddings else None
         if self.item is not None:
             nn.init.normal_(self.item.weight, std=0.02)
@@ -217,7 +218,7 @@ class NativePolicy:
     def create(
         cls, cfg: NativePolicyConfig, reward_model: RewardModel, catalogue: Catalogue, search_k: int
     ) -> NativePolicy:
-        feat = Featurizer(reward_model, catalogue, cfg.max_candidates, cfg.max_k)
+        feat = Featurizer(reward_model, catalogue, cfg.max_candidates, cfg.max_k, cfg.personal_features)
         return cls(NativeNet(cfg, feat.user_dim, len(catalogue)), feat, search_k)
 
     @property
@@ -276,7 +277,7 @@ class NativePolicy:
             "config": self.net.cfg.model_dump(mode="json"),
             "user_dim": self.net.user_dim,
             "n_items": self.net.n_items,
-            "features": list(FEATURES),
+            "features": list(self.featurizer.features),
             "search_k": self.search_k,
         }
         (d / META).write_text(json.dumps(meta, indent=2) + "\n")
@@ -287,9 +288,11 @@ class NativePolicy:
 
         d = Path(directory)
         meta = json.loads((d / META).read_text())
-        if meta.get("features") != list(FEATURES):
-            raise ValueError(f"{d}: policy was trained with catalogue features {meta.get('features')}")
-        cfg = NativePolicyConfig.model_validate(meta["config"])
+        # Policies saved before ``personal_features`` existed were trained without them.
+        cfg = NativePolicyConfig.model_validate({"personal_features": False, **meta["config"]})
+        expected = [*FEATURES, *(PERSONAL_FEATURES if cfg.personal_features else ())]
+        if meta.get("features") != expected:
+            raise ValueError(f"{d}: policy was trained with candidate features {meta.get('features')}")
         policy = cls.create(cfg, reward_model, catalogue, int(meta["search_k"]))
         if policy.net.user_dim != meta["user_dim"] or policy.net.n_items != meta["n_items"]:
             raise ValueError(

@@ -69,7 +69,9 @@ def test_eval_records_every_metric_for_every_agent(trained, tiny_synth):  # noqa
         sec = out[part]
         assert sec["n_tasks"] > 0
         agents = {"policy": sec["policy"], **sec["baselines"]}
-        assert set(agents) == {"policy", "random", "popularity", "fixed_plan", "greedy_reward"}
+        # Synthetic data knows the truth: the oracle on true interest is recorded too.
+        assert set(agents) == {"policy", "random", "popularity", "fixed_plan", "greedy_reward", "oracle_true"}
+        assert agents["oracle_true"]["true_preference"] >= agents["popularity"]["true_preference"]
         for name, m in agents.items():
             assert set(m) == METRICS, name
             assert all(isinstance(x, float) for x in m.values()), name
@@ -77,7 +79,7 @@ def test_eval_records_every_metric_for_every_agent(trained, tiny_synth):  # noqa
     (v,) = sorted((reg / "policy").glob("v*"))
     (js,) = sorted((v / "evals").glob("*.json"))
     per_task = pl.read_parquet(js.with_suffix(".tasks.parquet"))
-    assert per_task.height == 5 * (out["warm"]["n_tasks"] + out["cold"]["n_tasks"])
+    assert per_task.height == 6 * (out["warm"]["n_tasks"] + out["cold"]["n_tasks"])
     # Tiny sets are smaller than the default sample: every task is evaluated, with intervals.
     assert out["sample"]["warm"] == 2000 and out["warm"]["tasks_available"] == out["warm"]["n_tasks"]
     assert set(out["warm"]["ci95"]) == {"policy", *out["warm"]["baselines"]}
@@ -86,6 +88,9 @@ def test_eval_records_every_metric_for_every_agent(trained, tiny_synth):  # noqa
     # An identical re-run is a no-op (add-only evals).
     again = run("policy", "eval", "-r", str(reg), "-d", str(tiny_synth), "--json")
     assert again.returncode == 0 and json.loads(again.stdout) == out
+    shown = run("policy", "eval", "-r", str(reg), "-d", str(tiny_synth))
+    assert shown.returncode == 0 and "share of the oracle's margin over popularity" in shown.stdout
+    assert shown.stdout.index("true_preference") < shown.stdout.index("hit@10")
     assert len(list((v / "evals").glob("*.json"))) == 1
     few = run("policy", "eval", "-r", str(reg), "-d", str(tiny_synth), "--tasks", "3", "--json")
     assert few.returncode == 0, few.stderr[-3000:]

@@ -53,7 +53,9 @@ class HandReward:
     def score(
         self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Any = None
     ) -> dict[str, np.ndarray]:
-        return {"interest": np.array([self.VALUES[i] for i in item_ids])}
+        interest = np.array([self.VALUES.get(i, 0.0) for i in item_ids])
+        cold = np.array([i not in self.VALUES for i in item_ids], dtype=bool)
+        return {"interest": interest, "conformity": np.zeros_like(interest), "cold_item": cold}
 
 
 class HandUsers(HandReward):

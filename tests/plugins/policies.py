@@ -42,7 +42,8 @@ SERVE_FAST = [*FAST_OVERRIDES, "train.updates=1"]
 
 @pytest.fixture(scope="session")
 def serve_registry(tiny_synth, published_reward, tmp_path_factory) -> tuple[Path, list[str]]:
-    """(REG, [v1, v2]): two policies trained for one update each, seeds 0 and 1."""
+    """(REG, [v1, v2]): two policies trained for one update each, seeds 0 and 1; v1 without the
+    personal features (as policies published before them), v2 with them, so serving runs both."""
     from parpo.presets import load
     from parpo.trainer.pipeline import train_and_publish
 
@@ -51,6 +52,7 @@ def serve_registry(tiny_synth, published_reward, tmp_path_factory) -> tuple[Path
     shutil.copytree(published_reward, reg)
     names = []
     for seed in (0, 1):
-        cfg = load(PolicyTrainConfig, "policy", "default", [*SERVE_FAST, f"runtime.seed={seed}"])
+        personal = f"policy.personal_features={'true' if seed else 'false'}"
+        cfg = load(PolicyTrainConfig, "policy", "default", [*SERVE_FAST, f"runtime.seed={seed}", personal])
         names.append(train_and_publish(cfg, tiny_synth, reg, run_dir=root / f"run{seed}").version.name)
     return reg, names

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from parpo.env.baselines import PLANS, GreedyRewardAgent, popularity_agent
+from parpo.env.baselines import PLANS, GreedyRewardAgent, oracle_true_agent, popularity_agent
 from parpo.env.evaluate import METRICS, baseline_agents, run_episodes, select_fixed_plan, summarise
 
 pytestmark = pytest.mark.integration
@@ -70,3 +70,15 @@ def test_greedy_agent_scores_in_bounded_calls_with_the_same_slates(results, sour
             source.env(), GreedyRewardAgent(source.reward_model, max_pairs=1), source.tasks(which)
         )
         assert small["slate"].to_list() == results[("greedy_reward", which)]["slate"].to_list()
+
+
+def test_oracle_true_ranks_the_feasible_items_by_true_interest(results, source):
+    c, truth = source.catalogue, source.truth
+    tasks = source.tasks("warm")
+    df = run_episodes(source.env(), oracle_true_agent(truth.interest), tasks)
+    t = tasks[0]
+    pool = [c.item_ids[r] for r in np.flatnonzero(c.mask(t.request.category, t.request.constraints))]
+    s = truth.interest([t.user_id] * len(pool), pool)
+    assert df["slate"][0].to_list() == [pool[j] for j in np.argsort(-s, kind="stable")[:10]]
+    # Same pool, same slate size, best true interest first: no agent of the pool does better.
+    assert summarise(df)["true_preference"] >= summarise(results[("popularity", "warm")])["true_preference"]

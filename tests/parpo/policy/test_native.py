@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from parpo.env.schema import Filter, Recommend, Search
+from parpo.policy.config import NativePolicyConfig
 from parpo.policy.native import NativePolicy, token_logprobs
 from parpo.policy.tokens import CONSTRAIN, HEAD, RECOMMEND, SCOPE, SEARCH, STRATEGY, TOOL
 from tests.plugins.envs import HandUsers, hand_catalogue, hand_tasks
@@ -146,3 +147,35 @@ def test_load_refuses_another_catalogue(tmp_path, hand_policy):
     bigger = hand_catalogue().frame.vstack(hand_catalogue().frame.with_columns(pl.col("item_id") + "x"))
     with pytest.raises(ValueError, match="expects 6 items"):
         NativePolicy.load(tmp_path / "p", HandUsers(), Catalogue(bigger))
+
+
+def test_a_policy_saved_without_personal_features_loads_and_acts_without_them(tmp_path, hand_env):
+    import json
+
+    torch.manual_seed(0)
+    cfg = NativePolicyConfig(dim=16, heads=2, layers=1, max_k=3, max_candidates=6, personal_features=False)
+    old = NativePolicy.create(cfg, HandUsers(), hand_catalogue(), search_k=6)
+    old.save(tmp_path / "p")
+    # What code before the option wrote: no personal_features key, the seven catalogue features.
+    meta_path = tmp_path / "p" / "policy.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["config"]["personal_features"]
+    meta_path.write_text(json.dumps(meta))
+    again = NativePolicy.load(tmp_path / "p", HandUsers(), hand_catalogue())
+    assert not again.net.cfg.personal_features and again.net.cand.in_features == 7
+    obs = _after_search(hand_env, again)
+    assert again.featurizer.encode(obs)["cand_feats"].shape[-1] == 7
+    assert len(again.act(obs, greedy=True).actions) == 3
+
+
+def test_personal_features_are_saved_and_checked(tmp_path, hand_policy):
+    import json
+
+    assert hand_policy.net.cand.in_features == 11
+    hand_policy.save(tmp_path / "p")
+    meta = json.loads((tmp_path / "p" / "policy.json").read_text())
+    assert meta["features"][-4:] == ["rm_interest_pct", "rm_interest_z", "rm_conformity_z", "rm_scored"]
+    meta["features"] = meta["features"][:7]
+    (tmp_path / "p" / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="trained with candidate features"):
+        NativePolicy.load(tmp_path / "p", HandUsers(), hand_catalogue())
