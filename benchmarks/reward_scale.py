@@ -33,10 +33,7 @@ def one(data_dir: Path, preset: str, extra: list[str]) -> dict[str, Any]:
     from data_pipelines.dataset import Dataset
     from parpo.presets import load
     from reward_models.config import RewardConfig
-    from reward_models.data import RewardData
-    from reward_models.evaluate import evaluate
-    from reward_models.pipeline import attach_side_inputs, readout_vectors, train_weights
-    from reward_models.selection import load_uniform_half
+    from reward_models.pipeline import evaluate_weights, load_training_data, train_weights
 
     base, variant = VARIANTS.get(preset, (preset, []))
     over = ["train.progress_bar=false", "train.checkpoint=false", *variant, *extra]
@@ -44,23 +41,12 @@ def one(data_dir: Path, preset: str, extra: list[str]) -> dict[str, Any]:
     load_start = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     ds = Dataset(data_dir)
-    s = cfg.split
-    data = RewardData.load(ds, s.name, s.seed, s.positives)
-    attach_side_inputs(cfg, ds, data)
+    data = load_training_data(cfg, ds)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="reward-scale-") as run:
         res, weights, stage1 = train_weights(cfg, ds, data, Path(run))
     t2 = time.perf_counter()
-    e = cfg.eval
-    m = evaluate(
-        readout_vectors(weights, data, {"stage1": stage1} if stage1 else None),
-        data,
-        e.ks,
-        batch_users=e.batch_users,
-        spearman_items=e.spearman_items,
-        seed=e.seed,
-        half=load_uniform_half(data),
-    )
+    m = evaluate_weights(cfg, weights, data, stage1)
     t3, c3 = time.perf_counter(), time.process_time()
     per_m = 1e6 / max(res.triples, 1)
     return {

@@ -171,6 +171,30 @@ def metadata(
     }
 
 
+def load_training_data(cfg: RewardConfig, ds: Dataset) -> RewardData:
+    """The split ``cfg.split`` names, with the side inputs the model uses (impressions, features)."""
+    s = cfg.split
+    data = RewardData.load(ds, s.name, s.seed, s.positives, s.algorithm)
+    attach_side_inputs(cfg, ds, data)
+    return data
+
+
+def evaluate_weights(
+    cfg: RewardConfig, weights: dict[str, torch.Tensor], data: RewardData, stage1: Any
+) -> dict[str, Any]:
+    """The full evaluation at publish: ranking metrics, the truth's where known, the uniform half."""
+    e = cfg.eval
+    return evaluate(
+        readout_vectors(weights, data, {"stage1": stage1} if stage1 else None),
+        data,
+        e.ks,
+        batch_users=e.batch_users,
+        spearman_items=e.spearman_items,
+        seed=e.seed,
+        half=load_uniform_half(data),
+    )
+
+
 def _idmap_paths(ds: Dataset) -> dict[str, Path]:
     tables = ds.manifest.get("tables", {})
     return {k: ds.root / tables[f"idmaps/{k}"]["path"] for k in ("users", "items")}
@@ -190,21 +214,11 @@ def train_and_publish(
     run = resolve_run_dir(KIND, run_dir)  # the ranks Lightning's DDP launcher starts in fit() read it back
     ds = Dataset(data_dir)
     s = cfg.split
-    data = RewardData.load(ds, s.name, s.seed, s.positives, s.algorithm)
-    attach_side_inputs(cfg, ds, data)
+    data = load_training_data(cfg, ds)
     result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume)
     if not result.is_global_zero:
         return None
-    e = cfg.eval
-    metrics = evaluate(
-        readout_vectors(weights, data, {"stage1": stage1} if stage1 else None),
-        data,
-        e.ks,
-        batch_users=e.batch_users,
-        spearman_items=e.spearman_items,
-        seed=e.seed,
-        half=load_uniform_half(data),
-    )
+    metrics = evaluate_weights(cfg, weights, data, stage1)
     training = result.summary() | {"preset": label}
     metrics["selection"] = training["selection"]
     metrics["training"] = training
