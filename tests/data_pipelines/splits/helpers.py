@@ -107,3 +107,18 @@ def obd_rows(n_requests: int = 200, seed: int = 0) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=cols, orient="row").with_columns(
         pl.lit(None, dtype=pl.String).alias("user_id"), pl.col("position").cast(pl.Int32)
     )
+
+
+def assert_intervened_counts(n_per_user: pl.DataFrame, got: dict[str, dict[str, int]]) -> None:
+    """Each user's test/valid/train counts as the ``intervened`` protocol sets them from the user's
+    number of positive units ``n`` (rows or pairs): half stays normal, the intervened rest splits
+    into test (half, rounded up) and valid (half of what remains); ``n_per_user``: (user, n) rows,
+    ``got``: part -> user -> count."""
+    for user, n in n_per_user.iter_rows():
+        normal = math.ceil(n / 2)
+        m = math.ceil((n - normal) / 2)
+        n_test = math.ceil(m / 2)
+        n_valid = (m - n_test) // 2
+        assert got["test"].get(user, 0) == n_test, user
+        assert got["valid"].get(user, 0) == n_valid, user
+        assert got["train"].get(user, 0) == normal + m - n_test - n_valid, user

@@ -21,7 +21,7 @@ from data_pipelines.splits import (
 from data_pipelines.synth import SynthConfig, write
 from parpo_core.errors import DataError
 
-from .helpers import T0, keys, long_tail_rows, make_dataset
+from .helpers import T0, assert_intervened_counts, keys, long_tail_rows, make_dataset
 
 PAIR = ["user_id", "item_id"]
 
@@ -134,7 +134,6 @@ def test_temporal_pairs_ordered_by_their_first_positive(repeats):
 
 
 def test_intervened_counts_pairs_per_user(repeats):
-    import math
 
     s = compute_split(repeats, "intervened", algorithm=2)
     n = Prepared.of(repeats, algorithm=2).warm_positives.group_by("user_id").agg(pl.col("item_id").n_unique())
@@ -142,14 +141,7 @@ def test_intervened_counts_pairs_per_user(repeats):
         k: dict(v.group_by("user_id").agg(pl.col("item_id").n_unique()).iter_rows())
         for k, v in s.parts().items()
     }
-    for user, np_ in n.iter_rows():
-        normal = math.ceil(np_ / 2)
-        m = math.ceil((np_ - normal) / 2)
-        n_test = math.ceil(m / 2)
-        n_valid = (m - n_test) // 2
-        assert got["test"].get(user, 0) == n_test, user
-        assert got["valid"].get(user, 0) == n_valid, user
-        assert got["train"].get(user, 0) == normal + m - n_test - n_valid, user
+    assert_intervened_counts(n, got)
 
 
 def test_item_counts_count_rows_or_users(repeats):

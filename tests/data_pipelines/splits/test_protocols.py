@@ -1,6 +1,5 @@
 """The split protocols on synthetic histories: leaks, cold users, per-protocol rules."""
 
-import math
 from datetime import timedelta
 
 import numpy as np
@@ -11,7 +10,7 @@ from data_pipelines.schema import INTERACTIONS, polars_schema
 from data_pipelines.splits import HISTORY_SPLITS, Prepared, compute_split
 from data_pipelines.splits.hashing import id_hash64
 
-from .helpers import T0, keys, long_tail_rows, make_dataset, profile_size
+from .helpers import T0, assert_intervened_counts, keys, long_tail_rows, make_dataset, profile_size
 
 
 def ordered(ds) -> pl.DataFrame:
@@ -133,14 +132,7 @@ def test_intervened_counts_per_user(long_tail, prepared):
     s = compute_split(long_tail, "intervened", prepared=prepared)
     n = prepared.warm_positives.group_by("user_id").agg(pl.len().alias("n"))
     got = {k: dict(v.group_by("user_id").len().iter_rows()) for k, v in s.parts().items()}
-    for user, np_ in n.iter_rows():
-        normal = math.ceil(np_ / 2)
-        m = math.ceil((np_ - normal) / 2)
-        n_test = math.ceil(m / 2)
-        n_valid = (m - n_test) // 2
-        assert got["test"].get(user, 0) == n_test, user
-        assert got["valid"].get(user, 0) == n_valid, user
-        assert got["train"].get(user, 0) == normal + m - n_test - n_valid, user
+    assert_intervened_counts(n, got)
 
 
 def normalised_entropy(items: pl.Series) -> float:
