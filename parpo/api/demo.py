@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from serving.simulate import Traffic
 
 #: The demo's policy schedule: a quarter of the `default` preset's rollouts (60 updates x 128
 #: tasks), so that its policy training stays within a few minutes on 2 cores.
@@ -45,7 +48,7 @@ class Served:
 
     base_url: str
     first_request: dict[str, Any]
-    traffic: Any  # serving.simulate.Traffic
+    traffic: Traffic
     events: Path
 
 
