@@ -7,20 +7,16 @@ for every source. A row's reason is its first failed check.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import polars as pl
 
 from data_pipelines.schema import EVENTS
+from parpo_core.limits import TS_MIN, ts_bounds
 
 REASON = "__reason"
 LINE = "__line"
 ORD = "__ord"  # the row's ordinal within its source line (a line may yield several rows)
-
-#: Timestamps before this are treated as corrupt (Unix 0, a year typed as 19xx...).
-TS_MIN = datetime(1990, 1, 1, tzinfo=UTC)
-#: Tolerance for clock skew past the time of ingest.
-TS_FUTURE_SLACK = timedelta(days=1)
 
 
 def resolve_ts_format(values: pl.Series, fmt: str) -> str:
@@ -84,8 +80,7 @@ def common_checks(now: datetime | None = None) -> list[tuple[pl.Expr, pl.Expr]]:
     ``failed`` is cheap and evaluated on every row; ``message`` only on the rows that
     failed (formatting a timestamp for every row cost more than all checks together).
     """
-    now = now or datetime.now(UTC)
-    ts_max = now + TS_FUTURE_SLACK
+    _, ts_max = ts_bounds(now)
     events = list(EVENTS)
     return [
         (

@@ -10,6 +10,7 @@ serving and the CLI all use, and nothing domain-specific.
 - ``rng``: global RNG states as weights-only values (exact resume).
 - ``artefacts``: the kind-agnostic artefact registry ``REG/<kind>/<version>/``.
 - ``records``: the server's decision and event records (versioned models).
+- ``limits``: bounds shared by the API and the ingest (timestamps, the id rule, prices).
 
 Import-light: nothing here imports torch or polars at package import.
 """

@@ -26,9 +26,9 @@ from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
 from data_pipelines.synth.generate import SynthData, generate, generate_logs
 from data_pipelines.synth.truth import write_truth
-from data_pipelines.validate import TS_FUTURE_SLACK, TS_MIN
 from parpo_core.durable import atomic_write_with
 from parpo_core.errors import DataError
+from parpo_core.limits import TS_FUTURE_SLACK, TS_MIN
 
 SOURCE = "synthetic"
 #: Columns of the benchmark CSV: what a shop's export typically carries.
