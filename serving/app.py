@@ -18,12 +18,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from serving.acting import LoadedModel
 from serving.config import ServeConfig
 from serving.metrics import Metrics
 from serving.middleware import Middleware
 from serving.routes import ROUTERS
+from serving.schemas import error_line
 from serving.state import ServingState
 
 log = logging.getLogger("parpo.serve")
@@ -68,6 +70,7 @@ def create_app(
 
     app = FastAPI(title="PARPO serving", version="1", lifespan=lifespan)
     app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(HTTPException, _http_error)
     for router in ROUTERS:
         app.include_router(router)
 
@@ -85,7 +88,17 @@ def create_app(
 async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     """422 with one readable line (the first problem, where) and the first 20 details."""
     errs = exc.errors()
-    first = errs[0] if errs else {"loc": (), "msg": "invalid body"}
-    where = ".".join(str(p) for p in first["loc"])
     details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errs[:20]]
-    return JSONResponse(status_code=422, content={"error": f"{where}: {first['msg']}", "detail": details})
+    return JSONResponse(status_code=422, content={"error": error_line(errs), "detail": details})
+
+
+#: What FastAPI's "There was an error parsing the body" (400) was caused by, in words.
+_PARSE_ERRORS = {UnicodeDecodeError: "body is not UTF-8", RecursionError: "body nests too deeply to parse"}
+
+
+async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    """Every error answer has ``error``, one readable line (and ``detail``, FastAPI's field)."""
+    line = next((m for t, m in _PARSE_ERRORS.items() if isinstance(exc.__cause__, t)), str(exc.detail))
+    return JSONResponse(
+        status_code=exc.status_code, content={"error": line, "detail": exc.detail}, headers=exc.headers
+    )

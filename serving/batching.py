@@ -6,6 +6,9 @@ to ``max_batch``); when it came back to an empty queue (idle server) it dispatch
 only while requests are arriving faster than they are served does it wait up to
 ``max_wait_ms`` for the batch to fill. A request whose caller gave up (deadline) before its
 batch left is skipped.
+
+A failing batch is split in halves and each half retried (``isolate``), so one request the
+model cannot answer fails alone, with its own error, and the rest of its batch is served.
 """
 
 from __future__ import annotations
@@ -81,18 +84,29 @@ class MicroBatcher(Generic[J, R]):
             for b in live:
                 self.metrics.queue_wait.observe(start - b.queued)
             self.metrics.batch_size.observe(len(live))
-            try:
-                results = await loop.run_in_executor(self.executor, self.fn, [b.job for b in live])
-            except Exception as e:  # noqa: BLE001  (a model failure is each caller's 503, never a crash)
-                for b in live:
-                    if not b.fut.done():
-                        b.fut.set_exception(ModelError(f"{e.__class__.__name__}: {e}"))
-            else:
-                for b, r in zip(live, results, strict=True):
-                    if not b.fut.done():
+            outcomes = await loop.run_in_executor(self.executor, isolate, self.fn, [b.job for b in live])
+            for b, (r, err) in zip(live, outcomes, strict=True):
+                if not b.fut.done():
+                    if err is None:
                         b.fut.set_result(r)
+                    else:
+                        b.fut.set_exception(ModelError(f"{err.__class__.__name__}: {err}"))
             self.metrics.model_latency.observe(time.perf_counter() - start)
             idle = self._queue.empty()
+
+
+def isolate(
+    fn: Callable[[Sequence[J]], list[R]], jobs: Sequence[J]
+) -> list[tuple[R | None, Exception | None]]:
+    """``fn(jobs)`` as (result, None) per job; when it raises, each half is retried, down to the
+    single jobs that fail alone: (None, their error). One bad job among n costs ~2 log2(n) calls."""
+    try:
+        return [(r, None) for r in fn(jobs)]
+    except Exception as e:  # noqa: BLE001  (a model failure is its caller's 503, never a crash)
+        if len(jobs) == 1:
+            return [(None, e)]
+    mid = len(jobs) // 2
+    return isolate(fn, jobs[:mid]) + isolate(fn, jobs[mid:])
 
 
 class ModelError(RuntimeError):

@@ -7,6 +7,7 @@ over it, so the token never has to sit in a config that is committed.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import Field
 
@@ -42,12 +43,27 @@ class LogConfig(StrictModel):
     index_limit: int = Field(
         1_000_000, ge=1, description="decisions (and event ids) kept in memory to flag events"
     )
+    probe_s: float = Field(
+        1.0,
+        gt=0,
+        description="while a log cannot be written, try a scratch write this often to notice recovery",
+    )
+
+
+class DecisionsConfig(StrictModel):
+    on_failure: Literal["serve", "reject"] = Field(
+        "serve",
+        description="when the decision log cannot be written: 'serve' answers anyway with logged: false and "
+        "evaluable: false (counted in parpo_log_write_failures_total); 'reject' waits for each decision's "
+        "fsync and answers 503 when it fails",
+    )
 
 
 class ServeConfig(StrictModel):
     batching: BatchingConfig = BatchingConfig()
     exploration: ExplorationConfig = ExplorationConfig()
     log: LogConfig = LogConfig()
+    decisions: DecisionsConfig = DecisionsConfig()
     max_body_bytes: int = Field(1 << 20, ge=1024, description="larger request bodies get 413")
     poll_s: float = Field(
         5.0, ge=0, description="seconds between checks of the registry pointer followed (0: never)"

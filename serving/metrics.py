@@ -39,6 +39,10 @@ class Metrics:
             ["decile"], registry=r,
         )  # fmt: skip
         self.events = Counter("parpo_events", "stored events by kind and flag", ["event", "flag"], registry=r)
+        self.log_write_failures = Counter(
+            "parpo_log_write_failures", "records not stored because their log could not be written",
+            ["log"], registry=r,
+        )  # fmt: skip
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

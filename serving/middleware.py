@@ -78,7 +78,8 @@ class Middleware:
 
 
 async def _too_large(send: Any, limit: int) -> None:
-    body = json.dumps({"detail": f"request body larger than {limit} bytes (serve config max_body_bytes)"})
+    line = f"request body larger than {limit} bytes (serve config max_body_bytes)"
+    body = json.dumps({"error": line, "detail": line})
     await send(
         {
             "type": "http.response.start",

@@ -37,6 +37,7 @@ class ModelManager:
         self.pinned = None if self.follows else version
         self.current: LoadedModel | None = None
         self.reloading: str | None = None
+        self.last_error: str | None = None  # the last failed load, until a load succeeds
         self._warm_hook = warm_hook  # tests inject a slow warm-up here
         self._lock = asyncio.Lock()
         self._poller: asyncio.Task[None] | None = None
@@ -58,13 +59,14 @@ class ModelManager:
             self.reloading = target
             try:
                 m = await asyncio.to_thread(self._load, target)
-            except Exception:
+            except Exception as e:
                 self.metrics.reloads.labels("failed").inc()
+                self.last_error = f"loading {target} failed: {e}"
                 raise
             finally:
                 self.reloading = None
             old = self.current
-            self.current = m
+            self.current, self.last_error = m, None
             self.metrics.reloads.labels("ok").inc()
             if old is None or old.policy_version != m.policy_version:
                 log.info("serving policy %s (reward %s)", m.policy_version, m.bundle.reward_version)

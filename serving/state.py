@@ -25,8 +25,9 @@ class ServingState:
     def __init__(self, registry: str, policy: str, events: Path, cfg: ServeConfig, metrics: Metrics,
                  warm_hook: Callable[[LoadedModel], None] | None) -> None:  # fmt: skip
         self.cfg, self.metrics = cfg, metrics
-        self.decisions = DecisionLog(events, cfg.log)
-        self.events = EventLog(events, cfg.log, self.decisions)
+        failures = metrics.log_write_failures
+        self.decisions = DecisionLog(events, cfg.log, lambda n, _: failures.labels("decisions").inc(n))
+        self.events = EventLog(events, cfg.log, self.decisions, lambda n, _: failures.labels("events").inc(n))
         self.manager = ModelManager(registry, policy, cfg, metrics, warm_hook=warm_hook)
         self.batcher: MicroBatcher[ActRequest, Answer] = MicroBatcher(
             self._act, max_batch=cfg.batching.max_batch, max_wait_ms=cfg.batching.max_wait_ms, metrics=metrics
@@ -38,6 +39,12 @@ class ServingState:
         assert m is not None
         ex = self.cfg.exploration
         return m.act(jobs, ex.samples, ex.temperature)
+
+    def log_problems(self) -> list[str]:
+        """Why a log cannot be written now (empty: both take writes)."""
+        return [f"{name} log cannot be written ({log.last_error})"
+                for name, log in (("decision", self.decisions.log), ("event", self.events.log))
+                if not log.healthy]  # fmt: skip
 
     def policy_version(self) -> str:
         """The version answering now ("none" before the first load)."""

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from parpo_core.errors import UserError
+from parpo_core.limits import PRICE_MAX
 
 #: Bumped whenever an action, a field or a strategy changes meaning or is removed.
 ACTION_SCHEMA_VERSION = 1
@@ -39,8 +40,12 @@ class _Model(BaseModel):
 class Constraints(_Model):
     """Hard conditions on items; an unset field does not constrain. Reused by the API's request."""
 
-    price_min: float | None = Field(None, ge=0, description="lowest price allowed (inclusive)")
-    price_max: float | None = Field(None, ge=0, description="highest price allowed (inclusive)")
+    price_min: float | None = Field(
+        None, ge=0, le=PRICE_MAX, allow_inf_nan=False, description="lowest price allowed (inclusive)"
+    )
+    price_max: float | None = Field(
+        None, ge=0, le=PRICE_MAX, allow_inf_nan=False, description="highest price allowed (inclusive)"
+    )
     attributes: list[str] = Field(
         default_factory=list, max_length=32, description="attribute ids every item must have"
     )

@@ -82,7 +82,8 @@ class Featurizer:
             max(1, PERSONAL_CACHE_CELLS // max(len(catalogue) * len(PERSONAL_FEATURES), 1))
         )
         price = np.nan_to_num(catalogue.price, nan=0.0)
-        self._log_max_price = float(np.log1p(price.max(initial=0.0))) or 1.0
+        self._max_price = float(price.max(initial=0.0))
+        self._log_max_price = float(np.log1p(self._max_price)) or 1.0
         self.user_dim = int(self._user_vectors(["\x00probe"], [None]).shape[1])
 
     def _user_vectors(self, users: Sequence[str], profiles: Sequence[Sequence[str] | None]) -> np.ndarray:
@@ -147,7 +148,8 @@ class Featurizer:
             request[i] = (
                 req.category is not None,
                 cap is not None,
-                np.log1p(cap) / self._log_max_price if cap is not None else 0.0,
+                # A cap above every price constrains nothing: clipped, the feature stays in [0, 1].
+                np.log1p(min(cap, self._max_price)) / self._log_max_price if cap is not None else 0.0,
                 bool(req.constraints.attributes),
                 o.task.cold,
             )

@@ -5,20 +5,21 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, HTTPException
 
 from serving.routes.errors import ERRORS
-from serving.schemas import Event, EventBatch, EventsResponse
+from serving.schemas import EventBatch, EventsBody, EventsResponse
 from serving.state import ServingState, state
 
 router = APIRouter(tags=["events"])
 
 
 @router.post("/v1/events", response_model=EventsResponse, responses=ERRORS)
-async def post_events(body: EventBatch | Event, st: ServingState = Depends(state)) -> EventsResponse:
-    """One event or ``{"events": [...]}``; answered after the records are fsynced."""
+async def post_events(body: EventsBody, st: ServingState = Depends(state)) -> EventsResponse:
+    """One event or ``{"events": [...]}``; answered 200 after every record is fsynced, 503 (and
+    none stored) when the write failed: retrying with the same ``event_id`` is always safe."""
     batch = body.events if isinstance(body, EventBatch) else [body]
     try:
         results = await st.events.submit(batch)
     except OSError as e:
-        raise HTTPException(503, f"event log write failed: {e}") from None
+        raise HTTPException(503, f"event log write failed, nothing of this request stored: {e}") from None
     for e, r in zip(batch, results, strict=True):
         if r.stored:
             flag = "duplicate" if r.duplicate else "unknown_request" if r.unknown_request else (

@@ -1,4 +1,5 @@
-"""``GET /livez``, ``GET /readyz`` (a policy is loaded) and ``GET /metrics`` (Prometheus)."""
+"""``GET /livez``, ``GET /readyz`` (a policy is loaded and both logs take writes) and ``GET
+/metrics`` (Prometheus)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ async def readyz(st: ServingState = Depends(state)) -> JSONResponse:
         if st.first_load is not None and st.first_load.done() and not st.first_load.cancelled():
             err = st.first_load.exception()
             reason = f"load failed: {err}" if err else reason
-        return JSONResponse(status_code=503, content={"detail": reason})
+        return JSONResponse(status_code=503, content={"error": reason, "detail": reason})
+    problems = st.log_problems()
+    if problems:  # answering without logging would lose decisions and feedback: take no traffic
+        reason = "; ".join(problems)
+        return JSONResponse(status_code=503, content={"error": reason, "detail": reason})
     return JSONResponse({"status": "ready", "policy_version": st.manager.current.policy_version})
 
 

@@ -22,7 +22,7 @@ async def models(st: ServingState = Depends(state)) -> ModelsResponse:
     if m is not None:
         info = ModelInfo(policy_version=m.policy_version, reward_version=m.bundle.reward_version,
                          loaded_at=m.loaded_at, follows=st.manager.follows)  # fmt: skip
-    return ModelsResponse(serving=info, reloading=st.manager.reloading)
+    return ModelsResponse(serving=info, reloading=st.manager.reloading, last_error=st.manager.last_error)
 
 
 @router.post("/v1/models/reload", status_code=202, responses={401: {"model": ErrorBody},
