@@ -78,8 +78,7 @@ class SegmentLog:
         probe_s: float = 1.0,
         on_failure: Callable[[int, OSError], None] | None = None,
     ) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(folder)  # made by the first probe: a folder that cannot be made is reported, not fatal
         self.interval = commit_interval_ms / 1000
         self.segment_bytes = segment_bytes
         self.probe_s = probe_s
@@ -113,6 +112,7 @@ class SegmentLog:
     # -- writer thread -------------------------------------------------------------------
     def _open(self) -> None:
         self._abandon()
+        self.folder.mkdir(parents=True, exist_ok=True)
         self._n += 1
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         path = self.folder / f"{stamp}-{os.getpid()}-{self._writer}-{self._n:04d}{SUFFIX}"
@@ -151,6 +151,7 @@ class SegmentLog:
         """At start, and while unhealthy: can the folder take a write and an fsync?"""
         scratch = self.folder / f".probe-{os.getpid()}-{self._writer}"
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 os.write(fd, b"\0" * PROBE_BYTES)
