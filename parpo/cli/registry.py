@@ -1,4 +1,5 @@
-"""``parpo registry``: list versions, show one, promote, roll back, set and remove aliases.
+"""``parpo registry``: list versions, show one, promote, roll back, set and remove aliases,
+clean up what killed publishes left.
 
 Imports ``parpo_core.artefacts`` inside each command (never torch), so
 listing a registry starts fast.
@@ -7,6 +8,7 @@ listing a registry starts fast.
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -45,8 +47,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 
 
 def _registry(path: Path) -> Registry:
-    from parpo_core.artefacts import Registry
+    from parpo_core.artefacts import Registry, RegistryError
 
+    if path.exists() and not path.is_dir():
+        raise RegistryError(f"{path} is a file, not a registry folder (REG/<kind>/<version>/)")
     return Registry(path)
 
 
@@ -68,10 +72,13 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
     (reward: test ranking metrics; policy: its newest evaluation, else its training means)."""
     from rich.table import Table
 
-    from parpo.cli.console import console
+    from parpo.cli.console import console, err
+    from parpo_core.artefacts.pointers import error
 
     reg = _registry(registry)
     infos = reg.list_versions(kind.value)
+    for name, broken in reg.broken_pointers(kind.value).items():
+        err.print(f"warning: {error(broken, reg.kind_dir(kind.value), name)}", soft_wrap=True, markup=False)
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos], indent=2))
         return
@@ -211,16 +218,18 @@ def _fmt(v: Any) -> str:
 
 @app.command()
 def promote(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = Kind.reward) -> None:
-    """Verify a version and make it production (default: latest)."""
+    """Verify a version and make it production (default: latest); rewrites a broken production.json."""
     from parpo.cli.console import console
 
-    reg = _registry(registry)
-    before = (reg.pointer(kind.value, "production") or {}).get("version")
-    name = reg.promote(kind.value, version)
-    if name == before:
-        console.print(f"{kind.value}/{name} is already production", soft_wrap=True)
+    moved = _registry(registry).point(kind.value, "production", version or "latest")
+    if moved.repaired is not None:
+        was = f"was broken: {moved.repaired.problem()}; rewritten, its rollback history is lost"
+    elif not moved.changed:
+        console.print(f"{kind.value}/{moved.version} is already production", soft_wrap=True)
+        return
     else:
-        console.print(f"production: {kind.value}/{name} (was {before or 'unset'})", soft_wrap=True)
+        was = f"was {moved.before or 'unset'}"
+    console.print(f"production: {kind.value}/{moved.version} ({was})", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -228,10 +237,10 @@ def rollback(registry: RegistryOpt, kind: KindOpt = Kind.reward) -> None:
     """Point production back at the version that was production before."""
     from parpo.cli.console import console
 
-    reg = _registry(registry)
-    before = (reg.pointer(kind.value, "production") or {}).get("version")
-    name = reg.rollback(kind.value)
-    console.print(f"production: {kind.value}/{name} (rolled back from {before})", soft_wrap=True)
+    moved = _registry(registry).pop(kind.value, "production")
+    console.print(
+        f"production: {kind.value}/{moved.version} (rolled back from {moved.before})", soft_wrap=True
+    )
 
 
 @app.command()
@@ -252,11 +261,16 @@ def alias_set(
 ) -> None:
     """Verify VERSION and point alias NAME at it (its previous target is kept in its history)."""
     from parpo.cli.console import console
+    from parpo_core.artefacts.layout import check_alias
 
-    reg = _registry(registry)
-    before = reg.aliases(kind.value).get(name)
-    target = reg.set_alias(kind.value, name, version)
-    console.print(f"{name}: {kind.value}/{target} (was {before or 'unset'})", soft_wrap=True)
+    check_alias(name, settable=True)
+    moved = _registry(registry).point(kind.value, name, version)
+    was = (
+        f"was broken: {moved.repaired.problem()}; rewritten"
+        if moved.repaired
+        else f"was {moved.before or 'unset'}"
+    )
+    console.print(f"{name}: {kind.value}/{moved.version} ({was})", soft_wrap=True, markup=False)
 
 
 @alias_app.command("rm")
@@ -269,4 +283,62 @@ def alias_rm(
     from parpo.cli.console import console
 
     target = _registry(registry).remove_alias(kind.value, name)
-    console.print(f"removed alias {name} (it named {kind.value}/{target})", soft_wrap=True)
+    named = f"it named {kind.value}/{target}" if target else "its file was broken"
+    console.print(f"removed alias {name} ({named})", soft_wrap=True)
+
+
+def _duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h``, ``1d`` -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if m is None:
+        raise typer.BadParameter(f"{text!r} is not a duration such as 90s, 10m, 2h or 1d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@app.command()
+def clean(
+    registry: RegistryOpt,
+    kind: Annotated[
+        Kind | None, typer.Option("--kind", "-k", help="Only this kind (default: every kind).")
+    ] = None,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Only leftovers unchanged for this long (90s, 10m, 2h, 1d); locked ones are always kept.",
+        ),
+    ] = "10m",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
+    ] = False,
+) -> None:
+    """Remove what killed publishes left behind (.staging-* folders, pointer temp files).
+
+    A leftover goes only when no running process holds its lock (a publish locks its staging
+    folder until it finishes) and nothing in it changed for --older-than; see docs/registry.md.
+    """
+    from parpo.cli.console import console
+    from parpo_core.artefacts import RegistryError
+
+    seconds = _duration(older_than)
+    reg = _registry(registry)
+    if not registry.is_dir():
+        raise RegistryError(f"{registry}: no registry here")
+    kinds = [kind.value] if kind is not None else list(KINDS.names())
+    verb = "would remove" if dry_run else "removed"
+    freed = n = 0
+    for k in kinds:
+        done = reg.clean_staging(k, older_than=seconds, dry_run=dry_run)
+        for x, size in done.removed:
+            files = "1 file" if x.files == 1 else f"{x.files} files"
+            console.print(f"{verb} {k}/{x.path.name} ({files}, {_size(size)})", soft_wrap=True)
+        for x, why in done.kept:
+            console.print(f"kept {k}/{x.path.name} ({why})", soft_wrap=True, markup=False)
+        freed += done.freed
+        n += len(done.removed)
+    if n == 0:
+        console.print(f"nothing to clean in {registry}", soft_wrap=True)
+        return
+    total = _size(freed) if freed < 1024 else f"{_size(freed)} ({freed:,} bytes)"
+    what = "leftover" if n == 1 else "leftovers"
+    console.print(f"{verb} {n} {what}, {'would free' if dry_run else 'freed'} {total}", soft_wrap=True)

@@ -9,13 +9,11 @@ in ``parpo_core.artefacts.kinds`` by the packages that own them.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parpo_core.artefacts import manifest, pointers
+from parpo_core.artefacts import leftovers, manifest, pointers
 from parpo_core.artefacts.errors import RegistryError
 from parpo_core.artefacts.evals import read_evals, write_eval
 from parpo_core.artefacts.kinds import KINDS
@@ -24,7 +22,6 @@ from parpo_core.artefacts.layout import (
     LINEAGE,
     MANIFEST,
     RESERVED,
-    STAGING_PREFIX,
     check_alias,
     check_kind,
     is_alias_name,
@@ -34,7 +31,9 @@ from parpo_core.artefacts.layout import (
     version_name,
     version_number,
 )
+from parpo_core.artefacts.leftovers import DEFAULT_OLDER_THAN, Cleaned
 from parpo_core.artefacts.lineage import Lineage
+from parpo_core.artefacts.pointers import Broken, Moved
 from parpo_core.artefacts.stage import Stage, make_read_only
 from parpo_core.artefacts.version import Version, VersionInfo
 from parpo_core.durable import atomic_write_json, publish_dir
@@ -161,27 +160,44 @@ class Registry:
         return pointers.read(self.kind_dir(kind), which)
 
     def aliases(self, kind: str) -> dict[str, str]:
-        """Every pointer of ``kind`` and the version it names (production and latest first)."""
+        """Every readable pointer of ``kind`` and the version it names (production and latest
+        first); ``broken_pointers`` lists the others."""
         kdir = self.kind_dir(kind)
-        return {p: pointers.read(kdir, p)["version"] for p in pointers.names(kdir)}  # type: ignore[index]
+        loaded = {p: pointers.load(kdir, p) for p in pointers.names(kdir)}
+        return {p: obj["version"] for p, obj in loaded.items() if isinstance(obj, dict)}
+
+    def broken_pointers(self, kind: str) -> dict[str, Broken]:
+        """The pointer files of ``kind`` that cannot be read as pointers (see ``pointers.Broken``)."""
+        kdir = self.kind_dir(kind)
+        loaded = {p: pointers.load(kdir, p) for p in pointers.names(kdir)}
+        return {p: obj for p, obj in loaded.items() if isinstance(obj, Broken)}
+
+    def point(self, kind: str, pointer: str, version: str) -> Moved:
+        """Point ``pointer`` (``production`` or an alias; ``latest`` moves on publish only) at
+        ``version`` after verifying it. The old target goes onto the pointer's history; a broken
+        pointer file is rewritten atomically and returned in ``Moved.repaired``."""
+        if check_alias(pointer) == "latest":
+            raise RegistryError("latest is moved by publish only; promote or alias a version instead")
+        kdir = self.kind_dir(kind)
+        with pointers.kind_lock(kdir):
+            name = self.resolve(kind, version).name
+            self.verify(kind, name)
+            return pointers.move(kdir, kind, pointer, name)
 
     def set_alias(self, kind: str, alias: str, version: str) -> str:
         """Point ``alias`` (not ``latest``/``production``) at ``version`` after verifying it; returns
         the version's name. The old target goes onto the alias's history, as for ``production``."""
         check_alias(alias, settable=True)
-        kdir = self.kind_dir(kind)
-        with pointers.kind_lock(kdir):
-            name = self.resolve(kind, version).name
-            self.verify(kind, name)
-            pointers.move(kdir, kind, alias, name)
-        return name
+        return self.point(kind, alias, version).version
 
-    def remove_alias(self, kind: str, alias: str) -> str:
-        """Delete ``alias`` (not ``latest``/``production``); returns the version it named."""
+    def remove_alias(self, kind: str, alias: str) -> str | None:
+        """Delete ``alias`` (not ``latest``/``production``); returns the version it named (None when
+        its file was broken)."""
         check_alias(alias, settable=True)
         kdir = self.kind_dir(kind)
         with pointers.kind_lock(kdir):
-            return pointers.remove(kdir, kind, alias)
+            old = pointers.remove(kdir, kind, alias)
+        return old["version"] if isinstance(old, dict) else None
 
     def resolve(self, kind: str, version: str | None = None) -> Path:
         """The folder of ``version`` of ``kind`` (default ``production``).
@@ -192,6 +208,8 @@ class Registry:
         kdir = self.kind_dir(kind)
         names = self._names(kind)
         if not names:
+            if self.root.exists() and not self.root.is_dir():
+                raise RegistryError(f"{self.root} is a file, not a registry folder (REG/<kind>/<version>/)")
             where = "no registry here" if not self.root.exists() else f"no {kind} versions yet"
             raise RegistryError(f"{self.root}: {where}; train and publish a {kind} model first")
         version = version or "production"
@@ -222,26 +240,28 @@ class Registry:
     def promote(self, kind: str, version: str | None = None) -> str:
         """Point ``production`` at ``version`` (default: ``latest``) after verifying it; returns its name.
 
-        Promoting the current production version is a no-op.
+        Promoting the current production version is a no-op; a broken ``production.json`` is
+        rewritten (``point`` says what it held).
         """
-        kdir = self.kind_dir(kind)
-        with pointers.kind_lock(kdir):
-            name = self.resolve(kind, version or "latest").name
-            self.verify(kind, name)
-            pointers.move(kdir, kind, "production", name)
-        return name
+        return self.point(kind, "production", version or "latest").version
 
     def rollback(self, kind: str) -> str:
         """Point ``production`` back at the previous production version (verified); returns its name."""
+        return self.pop(kind, "production").version
+
+    def pop(self, kind: str, pointer: str = "production") -> Moved:
+        """Point ``pointer`` back at the version it named before (verified): ``rollback`` with what moved.
+
+        A broken pointer file has no history: a one-line RegistryError says to ``promote`` a version.
+        """
         kdir = self.kind_dir(kind)
         with pointers.kind_lock(kdir):
-            ptr = pointers.read(kdir, "production")
-            if ptr is None:
+            ptr = pointers.load(kdir, pointer)
+            if ptr is None and not self._names(kind):
                 self.resolve(kind)  # the clearer error when there are no versions at all
-                raise RegistryError(f"{kind}: no production version yet, nothing to roll back")
-            if ptr.get("previous"):
+            if isinstance(ptr, dict) and ptr.get("previous"):
                 self.verify(kind, self.resolve(kind, ptr["previous"][0]).name)
-            return pointers.pop(kdir, kind, "production")["version"]
+            return pointers.pop(kdir, kind, pointer)
 
     # -- reading -----------------------------------------------------------------
     def open(
@@ -343,23 +363,15 @@ class Registry:
         """The evaluations recorded for ``version``, sorted by file name."""
         return read_evals(self.resolve(kind, version))
 
-    def clean_staging(self, kind: str) -> list[Path]:
-        """Delete staging folders left by crashed publishes (those whose process is gone)."""
-        kdir = self.kind_dir(kind)
-        removed = []
-        for d in kdir.glob(f"{STAGING_PREFIX}*") if kdir.is_dir() else []:
-            pid = d.name[len(STAGING_PREFIX) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
-        return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    def clean_staging(
+        self,
+        kind: str,
+        *,
+        older_than: float = DEFAULT_OLDER_THAN,
+        dry_run: bool = False,
+        now: float | None = None,
+    ) -> Cleaned:
+        """Remove what killed publishes left in ``REG/<kind>/`` (staging folders, pointer temp
+        files): those no live process holds locked and that have not changed for ``older_than``
+        seconds (the rule is in ``parpo_core.artefacts.leftovers``). ``dry_run`` removes nothing."""
+        return leftovers.clean(self.kind_dir(kind), older_than=older_than, dry_run=dry_run, now=now)

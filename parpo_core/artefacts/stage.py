@@ -12,7 +12,8 @@ with registry.stage("reward") as st:
 ```
 
 Leaving the block without ``publish`` (or with an exception) deletes the
-staging folder: no version appears and no pointer moves.
+staging folder: no version appears and no pointer moves. While the block runs the
+staging folder is ``flock``ed, so ``parpo registry clean`` (``leftovers``) leaves it alone.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from parpo_core.artefacts import leftovers
 from parpo_core.artefacts.errors import RegistryError
 from parpo_core.artefacts.jsonio import dumps
 from parpo_core.artefacts.layout import (
@@ -88,6 +90,7 @@ class Stage:
         self.metrics: dict[str, Any] | None = None
         self.version: Version | None = None
         self._dir: Path | None = None
+        self._lock: int | None = None
 
     # -- context -----------------------------------------------------------------
     def __enter__(self) -> Stage:
@@ -95,6 +98,8 @@ class Stage:
         kdir.mkdir(parents=True, exist_ok=True)
         self._dir = kdir / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._dir.mkdir()
+        # Held until publish or discard: `parpo registry clean` never removes a locked folder.
+        self._lock = leftovers.hold(self._dir)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -105,6 +110,8 @@ class Stage:
         if self._dir is not None and self.version is None:
             shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None
+        leftovers.release(self._lock)
+        self._lock = None
 
     @property
     def dir(self) -> Path:
@@ -214,4 +221,6 @@ class Stage:
             self.write_json(METRICS, compose_metrics(self.metrics, lineage))
         self.version = self.registry.commit(self.kind, staging)
         self._dir = None
+        leftovers.release(self._lock)  # after the rename: the staging name is gone by now
+        self._lock = None
         return self.version

@@ -36,9 +36,12 @@ async def reload(
     token = st.cfg.token()
     if token is None:
         raise HTTPException(403, "reload is disabled: set PARPO_ADMIN_TOKEN or admin_token")
-    given = (authorization or "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), token.encode()):
-        raise HTTPException(401, "wrong or missing admin token")
+    challenge = {"WWW-Authenticate": "Bearer"}
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():  # the scheme is case-insensitive (RFC 7235)
+        raise HTTPException(401, "send the admin token as `Authorization: Bearer TOKEN`", headers=challenge)
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise HTTPException(401, "wrong admin token", headers=challenge)
     from parpo_core.artefacts import Registry
     from parpo_core.artefacts.errors import RegistryError
 

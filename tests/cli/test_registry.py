@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -126,3 +129,101 @@ def test_cli_module_loads_no_torch(reg: Registry, three):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def _main(*args: str) -> subprocess.CompletedProcess[str]:
+    """``parpo`` as a user runs it (main() turns errors into one ``error:`` line)."""
+    return subprocess.run(
+        [sys.executable, "-m", "parpo.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_promote_repairs_a_garbage_pointer_and_rollback_says_to_promote(reg: Registry, three):
+    prod = reg.root / "reward" / "production.json"
+    prod.write_bytes(b"\x00\x9cgarbage" * 20)
+    res = _main("registry", "rollback", "--registry", str(reg.root))
+    assert res.returncode == 1 and res.stdout == "", res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(
+        "error: reward: cannot roll back production: production.json is not UTF-8 text"
+    )
+    assert f"`parpo registry promote --registry {reg.root} --kind reward VERSION`" in res.stderr
+    assert prod.read_bytes() == b"\x00\x9cgarbage" * 20  # rollback changed nothing
+    res = invoke(reg, "list")  # the versions to choose from are still listed
+    assert res.exit_code == 0 and list(_rows(res.stdout)) == three
+    assert "warning: " in res.stderr and "production.json: pointer is not UTF-8 text" in res.stderr
+    res = invoke(reg, "promote", "2")
+    assert res.exit_code == 0, res.output
+    head = repr((b"\x00\x9cgarbage" * 20)[:40])
+    assert res.stdout.strip() == (
+        f"production: reward/{three[1]} (was broken: not UTF-8 text, first bytes {head}...; "
+        "rewritten, its rollback history is lost)"
+    )
+    assert json.loads(prod.read_text())["version"] == three[1]
+    assert reg.pointer("reward", "production")["previous"] == []
+    res = invoke(reg, "rollback")
+    assert isinstance(res.exception, RegistryError) and "has no previous production version" in str(
+        res.exception
+    )
+
+
+def test_alias_set_and_rm_repair_a_broken_alias(reg: Registry, three):
+    (reg.root / "reward" / "staging.json").write_text("[]")
+    res = invoke(reg, "alias", "set", "staging", "3")
+    assert res.exit_code == 0, res.output
+    assert (
+        f"staging: reward/{three[2]} (was broken: JSON without a 'version' name, first bytes b'[]'; rewritten)"
+        in (res.stdout)
+    )
+    (reg.root / "reward" / "staging.json").write_text("[]")
+    res = invoke(reg, "alias", "rm", "staging")
+    assert res.exit_code == 0 and "removed alias staging (its file was broken)" in res.stdout
+
+
+def _dead_staging(reg: Registry, name: str, files: dict[str, bytes], age_s: float) -> Path:
+    root = reg.root / "reward" / name
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    when = time.time() - age_s
+    for p in [*root.rglob("*"), root]:
+        os.utime(p, (when, when))
+    return root
+
+
+def test_clean_removes_killed_publishes_only(reg: Registry, three):
+    old = _dead_staging(
+        reg, ".staging-4242-0123456789ab", {"weights/w.bin": b"w" * 3000, "c.yaml": b"k: v\n"}, 3600
+    )
+    recent = _dead_staging(reg, ".staging-4243-0123456789ab", {"x": b"x"}, 60)
+    with reg.stage("reward") as live:  # a publish in progress, however old it looks
+        live.write_bytes("weights/w.bin", b"live")
+        res = invoke(reg, "clean", "--dry-run")
+        assert res.exit_code == 0, res.output
+        lines = res.stdout.splitlines()
+        assert "would remove reward/.staging-4242-0123456789ab (2 files, 2.9 KiB)" in lines
+        (recent_line,) = [ln for ln in lines if ".staging-4243-" in ln]  # "changed 1 min ago, under ..."
+        assert recent_line.startswith("kept reward/.staging-4243-0123456789ab (changed 1")
+        assert recent_line.endswith(" min ago, under --older-than 10 min)")
+        assert f"kept reward/{live.dir.name} (a running publish holds the lock on its folder)" in lines
+        assert lines[-1] == "would remove 1 leftover, would free 2.9 KiB (3,005 bytes)"
+        assert old.exists() and recent.exists()  # a dry run removes nothing
+        res = invoke(reg, "clean")
+        assert res.exit_code == 0, res.output
+        assert res.stdout.splitlines()[-1] == "removed 1 leftover, freed 2.9 KiB (3,005 bytes)"
+        assert not old.exists() and recent.exists() and live.dir.exists()
+        res = invoke(reg, "clean", "--older-than", "30s", "--kind", "reward")
+        assert res.stdout.splitlines()[-1] == "removed 1 leftover, freed 1 B" and not recent.exists()
+        assert live.dir.exists()
+    assert invoke(reg, "clean").stdout.strip() == f"nothing to clean in {reg.root}"
+    assert reg.versions("reward") == three
+    res = invoke(reg, "clean", "--older-than", "soon")
+    assert res.exit_code == 2 and "'soon' is not a duration such as 90s, 10m, 2h or 1d" in res.output
+    afile = reg.root / "reward" / "production.json"
+    for cmd in ("clean", "list"):
+        res = runner.invoke(app, [cmd, "--registry", str(afile)])
+        assert isinstance(res.exception, RegistryError)
+        assert str(res.exception).startswith(f"{afile} is a file, not a registry folder")
+    res = runner.invoke(app, ["clean", "--registry", str(reg.root / "none")])
+    assert isinstance(res.exception, RegistryError)
+    assert str(res.exception) == f"{reg.root / 'none'}: no registry here"

@@ -55,10 +55,15 @@ def test_a_leftover_staging_folder_is_never_a_version(reg: Registry):
     (dead / "weights" / "blob.bin").write_bytes(b"partial")
     assert reg.versions("reward") == [v.name]
     assert [i.name for i in reg.list_versions("reward")] == [v.name]
-    mine = reg.root / "reward" / f".staging-{os.getpid()}-def"
-    mine.mkdir()
-    assert reg.clean_staging("reward") == [dead]  # a live process's staging is kept
-    assert mine.exists() and not dead.exists()
+    os.utime(dead / "weights" / "blob.bin", (1, 1))  # killed long ago: nothing changed since
+    os.utime(dead / "weights", (1, 1))
+    os.utime(dead, (1, 1))
+    with reg.stage("reward") as st:  # a publish in progress: locked, kept whatever its age
+        st.write_bytes("weights/blob.bin", b"live")
+        done = reg.clean_staging("reward", older_than=0)
+        assert [(x.path, n) for x, n in done.removed] == [(dead, len(b"partial"))]
+        assert [x.path for x, _ in done.kept] == [st.dir]
+        assert st.dir.exists() and not dead.exists()
 
 
 def _publish_many(root: str, tag: str, n: int, queue) -> None:
