@@ -78,7 +78,9 @@ class SegmentLog:
         probe_s: float = 1.0,
         on_failure: Callable[[int, OSError], None] | None = None,
     ) -> None:
-        self.folder = Path(folder)  # made by the first probe: a folder that cannot be made is reported, not fatal
+        self.folder = Path(
+            folder
+        )  # made by the first probe: a folder that cannot be made is reported, not fatal
         self.interval = commit_interval_ms / 1000
         self.segment_bytes = segment_bytes
         self.probe_s = probe_s

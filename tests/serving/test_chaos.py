@@ -38,7 +38,12 @@ def _plan(seed: int = 0) -> list[tuple[str, str, bytes, bool]]:
                 body = {"request_id": f"p{i}", "user_id": "poison"}
                 plan.append(("poison", "/v1/act", json.dumps(body).encode(), False))
         elif i % 5 == 4 and i > 10:
-            ev = {"request_id": f"a{rng.randrange(i - 5)}", "position": 1, "event": "click", "event_id": f"e{i}"}
+            ev = {
+                "request_id": f"a{rng.randrange(i - 5)}",
+                "position": 1,
+                "event": "click",
+                "event_id": f"e{i}",
+            }
             plan.append(("event", "/v1/events", json.dumps(ev).encode(), True))
         else:
             body = {"request_id": f"a{i}", "user_id": f"u{rng.randrange(1, 40):04d}", "k": 5}

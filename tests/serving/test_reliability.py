@@ -167,5 +167,8 @@ def test_a_reload_that_fails_verification_shows_in_v1_models(serve_registry, tmp
         while (models := c.get("/v1/models").json())["last_error"] is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert models["last_error"].startswith(f"loading {v2} failed") and "corrupted version" in models["last_error"]
+        assert (
+            models["last_error"].startswith(f"loading {v2} failed")
+            and "corrupted version" in models["last_error"]
+        )
         assert models["serving"]["policy_version"] == v1  # the old one keeps serving
