@@ -27,10 +27,13 @@ def serve_forever(app: Any, host: str, port: int, *, graceful_s: int = 30) -> No
 
 
 @contextmanager
-def serve_in_thread(app: Any, *, timeout_s: float = 300.0, poll_s: float = 0.05) -> Iterator[str]:
+def serve_in_thread(
+    app: Any, *, timeout_s: float = 300.0, poll_s: float = 0.05, ready: bool = True
+) -> Iterator[str]:
     """Start ``app`` under uvicorn on a port the OS picks, wait until ``/readyz`` answers 200
-    (the policy is loaded), yield its base URL, then stop it the graceful way (drain, flush the
-    logs) when the block ends, also on an error."""
+    (the policy is loaded, the logs take writes; ``ready=False``: only until it listens), yield
+    its base URL, then stop it the graceful way (drain, flush the logs) when the block ends,
+    also on an error."""
     import httpx
     import uvicorn
 
@@ -44,7 +47,7 @@ def serve_in_thread(app: Any, *, timeout_s: float = 300.0, poll_s: float = 0.05)
                 raise UserError("the local server did not start")
             time.sleep(poll_s)
         base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        while httpx.get(f"{base}/readyz").status_code != 200:
+        while ready and httpx.get(f"{base}/readyz").status_code != 200:
             if time.monotonic() > deadline:
                 raise UserError(f"the local server did not become ready within {timeout_s:.0f} s")
             time.sleep(2 * poll_s)
