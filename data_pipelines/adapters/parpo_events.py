@@ -35,6 +35,7 @@ import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, finish
 from data_pipelines.adapters.jsonl import REC, WHY, decode
+from data_pipelines.idrule import apply_id_rule
 from data_pipelines.lines import LINE, TEXT, Dialect, read_chunks
 from data_pipelines.validate import ORD, common_checks, failing_lines
 from parpo_core.errors import DataError
@@ -301,8 +302,9 @@ def _decision_index(files: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
     for f in files:
         for chunk in read_chunks(f, DIALECT):
             lines = chunk.fields.select(LINE, TEXT)
-            rows = _decision_rows(lines)
-            rejected = failing_lines(rows, checks).select(LINE)
+            rows = _decision_rows(lines)  # ids as logged: events join them as logged too
+            trimmed, id_rule = apply_id_rule(rows)
+            rejected = failing_lines(trimmed, checks + id_rule).select(LINE)
             rows = rows.join(rejected, on=LINE, how="anti")
             decoded = _decode(lines, DECISION)
             asked.append(decoded.select("request_id").drop_nulls())
