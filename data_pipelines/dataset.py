@@ -123,8 +123,8 @@ class Dataset:
         """Cumulative accounting and counts for ``summary.json``."""
         ingests = manifest["ingests"]
         totals = {
-            k: sum(i[k] for i in ingests)
-            for k in ("rows_in", "rows_accepted", "rows_rejected", "rows_written")
+            k: sum(i.get(k, 0) for i in ingests)  # ids_trimmed: 0 for ingests before it was counted
+            for k in ("rows_in", "rows_accepted", "rows_rejected", "rows_written", "ids_trimmed")
         }
         if partitions:
             lf = pl.scan_parquet(partitions)
@@ -156,7 +156,7 @@ class Dataset:
             "ts_max": stats["ts_max"].isoformat() if stats["ts_max"] else None,
             "ingests": [
                 {
-                    k: i[k]
+                    k: i.get(k, 0)
                     for k in (
                         "id",
                         "source",
@@ -164,6 +164,7 @@ class Dataset:
                         "rows_accepted",
                         "rows_rejected",
                         "rows_written",
+                        "ids_trimmed",
                         "rejects",
                     )
                 }

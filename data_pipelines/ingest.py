@@ -27,6 +27,7 @@ from data_pipelines import idmaps
 from data_pipelines.adapters.base import ROW_COLUMNS, Source
 from data_pipelines.dataset import Dataset, fingerprint_of
 from data_pipelines.dedupe import KeySet, first_new
+from data_pipelines.idrule import TRIMMED, apply_id_rule, check_id_rule
 from data_pipelines.lines import LINE
 from data_pipelines.schema import (
     CONTEXTS,
@@ -44,6 +45,7 @@ from data_pipelines.transaction import Transaction, read_manifest, recover
 from data_pipelines.validate import ORD, REASON, common_checks, failing_lines
 from parpo_core.durable import sha256_file
 from parpo_core.errors import DataError
+from parpo_core.limits import ID_RULE_VERSION
 
 BUCKET_BYTES = 96 << 20  # input bytes per seq bucket: bounds pass-2 memory
 DUPLICATE = "exact duplicate of an earlier record"
@@ -86,6 +88,9 @@ def ingest(
     if files and all(f["sha256"] in seen for f in files):
         summary = Dataset(out).summary()
         return {**summary, "noop": True}
+    for ds in (Dataset(out) if manifest else None, share_idmaps_with):
+        if ds is not None:
+            check_id_rule(ds)
 
     txn = Transaction(out)
     try:
@@ -142,6 +147,7 @@ def _ingest(
         "rows_accepted": staged.rows_in - staged.rows_rejected,
         "rows_rejected": staged.rows_rejected,
         "rows_written": sum(p["rows"] for p in partitions),
+        "ids_trimmed": staged.ids_trimmed,
         "rejects": rejects_rel,
         "dedupe_keys": keys_rel,
         "notes": source.notes,
@@ -161,6 +167,7 @@ class Staged:
 
     rows_in: int = 0
     rows_rejected: int = 0
+    ids_trimmed: int = 0  # ids of accepted rows trimmed of white space at their ends
     rejects: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=REJECTS_POLARS))
     # Per-chunk distinct ids (first appearance order) and last categories, merged once at the end.
     users: list[pl.DataFrame] = field(default_factory=lambda: [pl.DataFrame(schema={"id": pl.String})])
@@ -188,8 +195,8 @@ def _stage(
     for spec in source.files:
         for i_chunk, chunk in enumerate(spec.chunks()):
             out.rows_in += chunk.n_lines
-            rows = spec.transform(chunk.fields)
-            bad = failing_lines(rows, checks)
+            rows, id_rule = apply_id_rule(spec.transform(chunk.fields))
+            bad = failing_lines(rows, checks + id_rule)
             # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
             # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
             keys = (
@@ -202,12 +209,17 @@ def _stage(
             dup_lines = keys.filter(~pl.Series(new)).select(LINE)
             bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
             rows = rows.join(bad.select(LINE), on=LINE, how="anti", maintain_order="left")
+            if TRIMMED in rows.columns:
+                out.ids_trimmed += int(rows[TRIMMED].sum())
             seen_keys.add(h1[new], h2[new])
             rejected = pl.concat(
                 [
                     chunk.rejects,
                     chunk.fields.join(bad, on=LINE).select(
-                        pl.col(LINE).alias("line"), chunk.raw.alias("raw"), pl.col(REASON).alias("reason")
+                        pl.col(LINE).alias("line"),
+                        chunk.raw.alias("raw"),
+                        pl.col(REASON).alias("reason"),
+                        pl.lit(None, pl.String).alias("raw_base64"),
                     ),
                 ]
             ).with_columns(pl.lit(txn.id).alias("ingest_id"), pl.lit(str(spec.path)).alias("file"))
@@ -280,6 +292,7 @@ def _next_manifest(
     }
     new = {
         "schema_version": SCHEMA_VERSION,
+        "id_rule_version": ID_RULE_VERSION,
         "source": old["source"],
         "created": old["created"],
         "updated": datetime.now(UTC).isoformat(),
@@ -295,6 +308,7 @@ REJECTS_POLARS = {
     "line": pl.Int64,
     "raw": pl.String,
     "reason": pl.String,
+    "raw_base64": pl.String,
     "ingest_id": pl.String,
     "file": pl.String,
 }

@@ -71,6 +71,9 @@ REJECTS = pa.schema(
         pa.field("line", pa.int64(), nullable=False),  # 1-based physical line number in `file`
         pa.field("raw", pa.string(), nullable=False),
         pa.field("reason", pa.string(), nullable=False),
+        # The line's exact bytes where ``raw`` cannot hold them (not valid UTF-8: ``raw`` shows
+        # U+FFFD), so a fixed file can be rebuilt. Rejects written by release 0.1.0 lack it.
+        pa.field("raw_base64", pa.string()),
     ]
 )
 

@@ -75,3 +75,36 @@ def test_old_policy_version_acts(old: Path) -> None:
     per_task, _ = bundle.rollout(bundle.agent(0.0), [bundle.task("r1", user, Request(), k=5)])
     (slate,) = per_task["slate"].to_list()
     assert 1 <= len(slate) <= 5 and set(slate) <= set(bundle.catalogue.item_ids)
+
+
+def test_old_dataset_takes_an_append_under_the_current_id_rule(old: Path, tmp_path: Path) -> None:
+    """0.1.0 recorded no id rule and no raw_base64 in its rejects: its ids all follow rule 1,
+    so server logs append (recording the rule), and `parpo data summary` reads both rejects."""
+    import json
+
+    import polars as pl
+
+    from data_pipelines.adapters import open_source
+    from data_pipelines.ingest import ingest
+    from parpo.cli.data import _top_rejects
+    from parpo_core.limits import ID_RULE_VERSION
+
+    data = old / "data"
+    assert "id_rule_version" not in Dataset(data).manifest
+    logs = tmp_path / "events" / "decisions"
+    logs.mkdir(parents=True)
+    decision = {
+        "kind": "decision", "schema_version": 1, "ts": 1_764_500_000.0, "request_id": "r1",
+        "user_id": " u0022", "request": {"category": None, "constraints": None, "text": None},
+        "k": 1, "policy_version": "v000001", "explore": 1.0, "n_samples": 4, "evaluable": True,
+        "fallback": None, "slate": [{"item_id": "i0003", "position": 1, "propensity": 0.5}],
+    }  # fmt: skip
+    (logs / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps(decision).encode() + b"\n\xff\n")
+    s = ingest(open_source("parpo-events", tmp_path / "events"), data)
+    assert (s["ingests"][-1]["rows_written"], s["ids_trimmed"]) == (1, 1)
+    ds = Dataset(data)
+    assert ds.manifest["id_rule_version"] == ID_RULE_VERSION
+    assert ds.idmap("users").height == 40  # u0022, trimmed, is the fixture's user
+    row = ds.interactions().filter(pl.col("request_id") == "r1").collect()
+    assert row.select("user_id", "item_id", "propensity").rows() == [("u0022", "i0003", 0.5)]
+    assert _top_rejects(data) == [("line is not valid UTF-8", 1)]

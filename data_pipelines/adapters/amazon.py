@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, finish
-from data_pipelines.lines import LINE, TEXT, Dialect
+from data_pipelines.lines import LINE, TEXT, Dialect, read_text
 from data_pipelines.validate import ORD
 from parpo_core.errors import DataError
 
@@ -64,8 +64,8 @@ def _pair(path: Path) -> tuple[Path, Path]:
 
 def items_table(attrs: Path) -> pl.DataFrame:
     try:
-        data = json.loads(attrs.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = json.loads(read_text(attrs))
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
         raise DataError(f"{attrs}: not a JSON object of item -> attribute ids ({e})") from None
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise DataError(f"{attrs}: expected a JSON object mapping item ids to lists of attribute ids")

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from data_pipelines.adapters.base import FileSpec, Source, rating_rows
-from data_pipelines.lines import Dialect
+from data_pipelines.lines import Dialect, read_text
 from parpo_core.errors import DataError
 
 DIALECT = Dialect(("user", "item", "rating"), quote=None)
@@ -55,9 +55,9 @@ def source(path: Path) -> Source:
     if missing:
         raise DataError(f"{folder}: not a Coat folder (missing {', '.join(missing)})")
     feats = folder / "user_item_features"
-    unames = (feats / "user_features_map.txt").read_text().split("\n")
+    unames = read_text(feats / "user_features_map.txt").split("\n")
     unames = [n for n in unames if n]
-    inames = [n for n in (feats / "item_features_map.txt").read_text().split("\n") if n]
+    inames = [n for n in read_text(feats / "item_features_map.txt").split("\n") if n]
     umat = _matrix(feats / "user_features.ascii")
     imat = _matrix(feats / "item_features.ascii")
     user_tags = _one_hot_names(umat, unames, feats / "user_features.ascii")

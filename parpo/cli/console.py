@@ -36,6 +36,8 @@ def summary_table(summary: dict[str, Any], rejects: list[tuple[str, int]] | None
     t.add_column("value", justify="right")
     for k in ("rows_in", "rows_accepted", "rows_rejected", "rows_written", "users", "items"):
         t.add_row(k, f"{summary[k]:,}")
+    if summary.get("ids_trimmed"):
+        t.add_row("ids_trimmed", f"{summary['ids_trimmed']:,}")
     for ev, n in summary["events_by_type"].items():
         t.add_row(f"events: {ev}", f"{n:,}")
     t.add_row("ts range", f"{summary['ts_min'] or '-'} .. {summary['ts_max'] or '-'}")

@@ -34,10 +34,16 @@ def _top_rejects(out: Path, ingest_id: str | None = None, n: int = 5) -> list[tu
     paths = sorted((out / "rejects").glob(f"{ingest_id or '*'}.parquet"))
     if not paths:
         return []
-    df = pl.read_parquet(paths)
+    # One file at a time: rejects of release 0.1.0 lack raw_base64, and a multi-file read wants one schema.
+    df = pl.concat([pl.read_parquet(p, columns=["reason"]) for p in paths])
     if not df.height:
         return []
-    reason = pl.col("reason").str.replace(r"'[^']*'", "'…'").str.replace(r"-?\d[\d.e+:T-]*", "N")
+    # Numbers become N so that reasons group; not a digit inside a word (UTF-8, U+0000).
+    reason = (
+        pl.col("reason")
+        .str.replace_all(r"'[^']*'", "'…'")
+        .str.replace_all(r"(^|[^\w+.-])-?\d[\d.e+:T-]*", "${1}N")
+    )
     top = df.group_by(reason).len().sort("len", descending=True).head(n)
     return list(zip(top["reason"].to_list(), top["len"].to_list(), strict=True))
 

@@ -89,9 +89,9 @@ def ope(
             f"--policy obd-bts needs --prior PATH (prior_bts.yaml of the Open Bandit Dataset folder); got {prior}"
         )
     from parpo.cli.console import console
-    from parpo.evaluation.ope.obd import CAMPAIGNS, evaluate_obd
+    from parpo.evaluation.ope.obd import campaigns, evaluate_obd
 
-    for campaign in CAMPAIGNS:
+    for campaign in campaigns(logs, policy):
         result = evaluate_obd(logs, policy, campaign, prior, n_boot=n_boot, seed=seed)
         if as_json:
             for row in result["rows"]:

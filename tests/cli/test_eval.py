@@ -43,3 +43,38 @@ def test_uniform_from_bts_logs_as_json(obd):
         (c, e) for c in ("men", "women") for e in ("ips", "snips", "dm", "dr", "switch_dr", "dr_os")
     }
     assert all(r["logs"] == "obd-bts" and r["overlap"]["share_never_taken"] == 0.0 for r in rows)
+
+
+def _dataset(tmp_path, name: str, rows: list[str]):
+    from data_pipelines.adapters import canonical
+    from data_pipelines.ingest import ingest
+
+    csv = tmp_path / f"{name}.csv"
+    header = "user_id,item_id,ts,event,category,request_id,position,propensity,logging_policy,value\n"
+    csv.write_text(header + "\n".join(rows) + "\n")
+    ingest(canonical.source(csv), tmp_path / name)
+    return str(tmp_path / name)
+
+
+def test_logs_without_propensities_name_the_policy_asked_for_and_no_category(tmp_path):
+    """Issue 15 point 9: the error named the logger's internal name and the campaign 'men',
+    neither of which the user asked for."""
+    plain = _dataset(
+        tmp_path, "plain", ["u1,i1,1700000000,click,shoes,,,,,", "u2,i2,1700000001,view,shoes,,,,,"]
+    )
+    err = one_error(run("--logs", plain, "--policy", "uniform"))
+    assert err == (
+        f"error: {plain}: --policy uniform is estimated from Open Bandit Dataset impressions logged by "
+        "obd-bts (logging_policy 'obd_bts') with propensities, and these logs have none (logging "
+        "policies with propensities here: none); ingest the Open Bandit Dataset with --source obd, "
+        "or evaluate a registry version (--registry) on server logs"
+    )
+    assert "category" not in err and "'men'" not in err
+    # The other policy's logs are there, its own (the truth) are not: said so, once.
+    bts = _dataset(tmp_path, "bts", [",men:1,1700000000,impression,men,r1,1,0.5,obd_bts,0"])
+    err = one_error(run("--logs", bts, "--policy", "uniform"))
+    assert err == (
+        f"error: {bts}: --policy uniform is compared with its own click rate, and these logs have no "
+        "impressions logged by uniform (logging_policy 'uniform_random') on the campaigns obd-bts "
+        "logged (men); ingest both policy folders of the Open Bandit Dataset"
+    )

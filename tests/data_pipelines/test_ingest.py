@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -254,3 +255,19 @@ def test_corrupted_files_are_fully_accounted_for(tmp_path_factory, lines):
     assert sorted(rejects["line"].to_list()) == sorted(set(rejects["line"].to_list()))
     assert all(rejects["raw"][k] == lines[line - 2] for k, line in enumerate(rejects["line"].to_list()))
     assert Dataset(tmp / "ds").interactions().select(pl.len()).collect().item() == s["rows_accepted"]
+
+
+def test_bom_and_invalid_utf8_keep_the_first_id_clean_and_the_bytes_in_rejects(tmp_path):
+    """Issue 15 point 8: the BOM leaked into the first id when the file also had an invalid
+    UTF-8 line, and rejects kept that line with U+FFFD instead of its bytes."""
+    bad = b"u2,i\xe9,1700000001,click,,,,\r"  # latin-1 é, CRLF
+    src = tmp_path / "a.csv"
+    src.write_bytes(b"\xef\xbb\xbf" + HEADER.encode() + b"u1,i1,1700000000,click,,,,\n" + bad + b"\n")
+    s = ingest(canonical.source(src), tmp_path / "ds")
+    ds = Dataset(tmp_path / "ds")
+    assert ds.idmap("users")["id"].to_list() == ["u1"]
+    rejects = pl.read_parquet(tmp_path / "ds" / s["ingests"][-1]["rejects"])
+    assert rejects.select("line", "raw", "reason").rows() == [
+        (3, "u2,i\ufffd,1700000001,click,,,,", "line is not valid UTF-8")
+    ]
+    assert base64.b64decode(rejects["raw_base64"][0]) == bad

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 
@@ -9,7 +10,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_pipelines.lines import LINE, Dialect, _exact_path, parse_chunk, read_chunks
+from data_pipelines.lines import LINE, Dialect, _exact_path, parse_chunk, read_chunks, read_header, read_text
 
 D3 = Dialect(("a", "b", "c"))
 
@@ -81,3 +82,53 @@ def test_random_corruption_is_fully_accounted_for(tmp_path_factory, rows, chunk_
     for line_no, a, b, c in accepted.iter_rows():
         raw = physical[line_no - 1].decode().removesuffix("\r")
         assert next(csv.reader(io.StringIO(raw))) == [a, b, c]
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_byte_order_mark_is_dropped_on_every_path(tmp_path):
+    """Issue 15 point 8: with an invalid UTF-8 line in the chunk (Arrow's split, not polars'
+    reader), the BOM leaked into the first id."""
+    cases = {
+        "fast path": (D3, b"u1,i1,3\nu2,i2,4\n"),
+        "exact path, invalid UTF-8": (D3, b"u1,i1,3\n\xff,1,2\n"),
+        "exact path, quotes": (D3, b'u1,i1,3\n"x",1,2\n'),
+        "whole lines, invalid UTF-8": (Dialect(None, separator="\x1f", quote=None), b"u1\n\xff\n"),
+    }
+    for name, (dialect, body) in cases.items():
+        path = tmp_path / "f.csv"
+        path.write_bytes(BOM + body)
+        (chunk,) = list(read_chunks(path, dialect))
+        first = chunk.fields[dialect.columns[0] if dialect.columns else "__text"][0]
+        assert first == "u1", name
+    path.write_bytes(BOM + b"user_id,item_id\nu1,i1\n\xfe,i2\n")
+    with_header = Dialect(("user_id", "item_id"), header=True)
+    assert read_header(path, with_header) == ["user_id", "item_id"]
+    (chunk,) = list(read_chunks(path, with_header))
+    assert chunk.fields["user_id"].to_list() == ["u1"] and chunk.rejects["line"].to_list() == [3]
+    path.write_bytes(BOM + b"a\nb\n")
+    assert read_text(path) == "a\nb\n"
+
+
+line_bytes = st.lists(
+    st.sampled_from([b"a", b",", b'"', b" ", b"\xff", b"\xc3", b"\xc3\xa9", b"\x00"]), max_size=8
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=st.lists(line_bytes.map(b"".join), min_size=1, max_size=30), chunk_bytes=st.integers(5, 200))
+def test_rejects_keep_the_bytes_a_fixed_file_is_rebuilt_from(tmp_path_factory, lines, chunk_bytes):
+    """Accepted lines' raw text and rejected lines' raw text, or their base64 bytes where the
+    text is not UTF-8, give back the file byte for byte."""
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path_factory.mktemp("r") / "f.csv"
+    path.write_bytes(data)
+    rebuilt: dict[int, bytes] = {}
+    for chunk in read_chunks(path, D3, chunk_bytes=chunk_bytes):
+        for line, raw in chunk.fields.select(LINE, chunk.raw.alias("raw")).iter_rows():
+            rebuilt[line] = raw.encode()
+        for r in chunk.rejects.iter_rows(named=True):
+            assert (r["raw_base64"] is not None) == (r["reason"] == "line is not valid UTF-8")
+            rebuilt[r["line"]] = base64.b64decode(r["raw_base64"]) if r["raw_base64"] else r["raw"].encode()
+    assert b"".join(rebuilt[i] + b"\n" for i in sorted(rebuilt)) == data

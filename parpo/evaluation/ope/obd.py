@@ -61,6 +61,53 @@ def policy_dist(policy: str, logs: Logs, campaign: str, prior: Path | None) -> n
     return bts_action_dist(prior, campaign, n_items)[:, item_numbers(logs)]
 
 
+def campaigns(root: str | Path, evaluated: str) -> list[str]:
+    """The campaigns on which ``evaluated`` (``uniform`` or ``obd-bts``) can be estimated: the
+    other policy logged impressions with propensities there (the estimate's data) and
+    ``evaluated`` did too (its on-policy truth). None is one ``DataError`` line that names the
+    ``--policy`` asked for and what the logs lack."""
+    import polars as pl
+
+    from data_pipelines.dataset import Dataset
+    from parpo_core.errors import DataError
+
+    ds = Dataset(root)
+    logged = "uniform" if evaluated == "obd-bts" else "obd-bts"
+    found = (
+        ds.interactions()
+        .filter(
+            (pl.col("event") == "impression")
+            & pl.col("propensity").is_not_null()
+            & pl.col("position").is_not_null()
+        )
+        .select("logging_policy", "item_id")
+        .unique()
+        .collect()
+        .join(ds.items().select("item_id", "category"), on="item_id", how="left")
+        .select("logging_policy", "category")
+        .unique()
+    )
+    pairs = set(found.iter_rows())
+    by = {name: [c for c in CAMPAIGNS if (LOGGING[name], c) in pairs] for name in (logged, evaluated)}
+    both = [c for c in by[logged] if c in by[evaluated]]
+    if both:
+        return both
+    if not by[logged]:
+        here = sorted({p for p, _ in pairs if p})
+        raise DataError(
+            f"{ds.root}: --policy {evaluated} is estimated from Open Bandit Dataset impressions logged "
+            f"by {logged} (logging_policy {LOGGING[logged]!r}) with propensities, and these logs have none "
+            f"(logging policies with propensities here: {', '.join(map(repr, here)) or 'none'}); ingest "
+            "the Open Bandit Dataset with --source obd, or evaluate a registry version (--registry) on "
+            "server logs"
+        )
+    raise DataError(
+        f"{ds.root}: --policy {evaluated} is compared with its own click rate, and these logs have no "
+        f"impressions logged by {evaluated} (logging_policy {LOGGING[evaluated]!r}) on the campaigns "
+        f"{logged} logged ({', '.join(by[logged])}); ingest both policy folders of the Open Bandit Dataset"
+    )
+
+
 def evaluate_obd(
     root: str | Path, evaluated: str, campaign: str, prior: Path | None, *, n_boot: int = 500, seed: int = 0
 ) -> dict[str, Any]:

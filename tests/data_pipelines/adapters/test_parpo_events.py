@@ -12,6 +12,7 @@ from data_pipelines.adapters import open_source
 from data_pipelines.dataset import Dataset
 from data_pipelines.ingest import ingest
 from parpo_core.errors import DataError
+from parpo_core.limits import ts_bounds
 
 T0 = 1_764_500_000.0
 
@@ -162,3 +163,108 @@ def test_the_adapter_reads_only_fields_the_record_models_define():
 
     for struct, model in ((DECISION, DecisionRecord), (EVENT, EventRecord)):
         assert {f.name for f in struct.fields} <= set(model.model_fields)
+
+
+def _reasons(root: Path, summary: dict) -> list[tuple[str, int, str]]:
+    rejects = pl.read_parquet(root / summary["ingests"][-1]["rejects"])
+    return sorted(
+        (Path(r["file"]).parent.name, r["line"], r["reason"]) for r in rejects.iter_rows(named=True)
+    )
+
+
+def test_out_of_range_values_are_rejects_with_their_reason_never_a_crash(tmp_path):
+    """Issue 15 point 2: ``"ts": 1e13`` (and every other out-of-range value) crashed the ingest
+    of the whole folder; each is now one quarantined line naming the field and the value."""
+    logs = tmp_path / "events"
+    slate = lambda pos: [{"item_id": "a", "position": pos, "propensity": 0.5}]  # noqa: E731
+    _write(logs / "decisions", [
+        _decision("r1", "u1", ["a", "b"], [0.5, 0.25]),             # 1 kept
+        _decision("r2", "u1", ["a"], [0.5], ts=1e13),                # 2 the issue's record
+        _decision("r3", "u1", ["a"], [0.5], ts=float("nan")),        # 3 NaN (no JSON, written anyway)
+        _decision("r4", "u1", ["a"], [0.5], ts=float("inf")),        # 4
+        _decision("r5", "u1", ["a"], [0.5], ts=0),                   # 5 Unix 0
+        _decision("r6", "u1", ["a"], [0.5], slate=slate(0)),         # 6 position 0
+        _decision("r7", "u1", ["a"], [0.5], slate=slate(1.5)),       # 7 truncated to 1 by a plain cast
+        _decision("r8", "u1", ["a"], [0.5], slate=slate(3e9)),       # 8 null after a plain Int32 cast
+        _decision("r9", "u1", ["a"], [0.5], k="x"),                  # 9 a field of the wrong type
+        _decision("r10", "u1", ["a"], [0.5], evaluable=None),        # 10 sampled or greedy? unknown
+    ])  # fmt: skip
+    _write(logs / "events", [
+        _event("r1", 1, "click", logged_item_id="a", ts=1e13),       # 1
+        _event("r1", 1, "click", logged_item_id="a", value=1e13),    # 2
+        _event("r1", 1, "click", logged_item_id="a", value=float("nan")),  # 3
+        _event("r1", 0, "click", logged_item_id="a"),                # 4
+        _event("r1", 1, "click", logged_item_id="a", received=None), # 5
+        _event("r1", 2, "buy", logged_item_id="b", value=3.0),       # 6 kept
+    ])  # fmt: skip
+    summary = ingest(open_source("parpo-events", logs), tmp_path / "ds")
+    df = Dataset(tmp_path / "ds").interactions().collect().sort("event", "position")
+    assert df.select("request_id", "event", "item_id", "position", "propensity", "value").rows() == [
+        ("r1", "buy", "b", 2, 0.25, 3.0),
+        ("r1", "impression", "a", 1, 0.5, None),
+        ("r1", "impression", "b", 2, 0.25, None),
+    ]
+    _, hi = ts_bounds()
+    ts_range = f"is out of range [1990-01-01, {hi:%Y-%m-%d}] (Unix seconds)"
+    assert _reasons(tmp_path / "ds", summary) == [
+        ("decisions", 2, f"ts 10000000000000.0 {ts_range}"),
+        ("decisions", 3, "ts NaN is not a finite number"),
+        ("decisions", 4, "ts Infinity is not a finite number"),
+        ("decisions", 5, f"ts 0.0 {ts_range}"),
+        ("decisions", 6, "slate position 0.0 is not a 1-based slot number"),
+        ("decisions", 7, "slate position 1.5 is not a 1-based slot number"),
+        ("decisions", 8, "slate position 3000000000.0 is not a 1-based slot number"),
+        ("decisions", 9, 'k "x" is not an integer'),
+        ("decisions", 10, "record has no 'evaluable' field"),
+        ("events", 1, f"ts 10000000000000.0 {ts_range}"),
+        ("events", 2, "value 10000000000000.0 is outside [-1e12, 1e12]"),
+        ("events", 3, "value NaN is not a finite number"),
+        ("events", 4, "position 0.0 is not a 1-based slot number"),
+        ("events", 5, "record has no 'received' field"),
+    ]
+    assert summary["rows_in"] == 16 and summary["rows_rejected"] == 14
+
+
+def test_decisions_without_a_valid_propensity_are_rejected_not_sampled_impressions(tmp_path):
+    """Issue 15 point 8: a served decision with a null propensity was ingested as a sampled
+    (evaluable) impression; now the decision is rejected and its events lose nothing else."""
+    logs = tmp_path / "events"
+    _write(logs / "decisions", [
+        _decision("r1", "u1", ["a"], [0.5]),
+        _decision("r2", "u2", ["b", "c"], [0.5, None]),   # one entry without: the whole decision
+        _decision("r3", "u3", ["d"], [float("nan")]),
+        _decision("r4", "u4", ["e"], [0.0]),
+        _decision("r5", "u5", ["f"], [1.5]),
+        _decision("r6", "u6", ["g"], [None], evaluable=False, fallback="popularity"),
+    ])  # fmt: skip
+    _write(logs / "events", [_event("r2", 1, "click", logged_item_id="b"), _event("r1", 1, "click")])
+    summary = ingest(open_source("parpo-events", logs), tmp_path / "ds")
+    df = Dataset(tmp_path / "ds").interactions().collect().sort("event")
+    assert df.select("request_id", "event", "item_id", "propensity", "logging_policy").rows() == [
+        ("r1", "click", "a", 0.5, "v000002"),
+        ("r1", "impression", "a", 0.5, "v000002"),
+    ]
+    assert _reasons(tmp_path / "ds", summary) == [
+        ("decisions", 2, "slate position 2 has no propensity"),
+        ("decisions", 3, "slate[0].propensity NaN is not a finite number"),
+        ("decisions", 4, "propensity 0.0 is outside (0, 1]"),
+        ("decisions", 5, "propensity 1.5 is outside (0, 1]"),
+        ("decisions", 6, "slate position 1 has no propensity"),
+        ("events", 1, "the request's decision was rejected and no user_id"),
+    ]
+
+
+def test_a_rejected_retry_does_not_supersede_the_decision_it_retried(tmp_path):
+    logs = tmp_path / "events"
+    _write(logs / "decisions", [
+        _decision("r1", "u1", ["a"], [0.5]),
+        _decision("r1", "u1", ["b"], [None], ts=T0 + 1),  # a later, broken retry
+    ])  # fmt: skip
+    _write(logs / "events", [_event("r1", 1, "click")])
+    summary = ingest(open_source("parpo-events", logs), tmp_path / "ds")
+    df = Dataset(tmp_path / "ds").interactions().collect().sort("event")
+    assert df.select("event", "item_id", "propensity").rows() == [
+        ("click", "a", 0.5),
+        ("impression", "a", 0.5),
+    ]
+    assert _reasons(tmp_path / "ds", summary) == [("decisions", 2, "slate position 1 has no propensity")]
