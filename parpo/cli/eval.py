@@ -248,6 +248,7 @@ def _print_compare(first: dict[str, Any], paths: list[Path]) -> None:
     from rich.table import Table
 
     from parpo.cli.console import console
+    from parpo.evaluation.headline import EXPOSURE_NOTE, ordered
 
     for other, parts in first["against"].items():
         for part, sec in parts.items():
@@ -257,10 +258,13 @@ def _print_compare(first: dict[str, Any], paths: list[Path]) -> None:
             )
             for col in ("metric", "a", "b", "a − b", "interval"):
                 t.add_column(col, justify="left" if col == "metric" else "right")
-            for metric, d in sec.items():
-                if isinstance(d, dict):
-                    t.add_row(metric, f"{d['mean_a']:.4f}", f"{d['mean_b']:.4f}", f"{d['diff']:+.4f}",
-                              f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")  # fmt: skip
+            metrics = {m: d for m, d in sec.items() if isinstance(d, dict)}
+            for metric in ordered(metrics):
+                d = metrics[metric]
+                t.add_row(metric, f"{d['mean_a']:.4f}", f"{d['mean_b']:.4f}", f"{d['diff']:+.4f}",
+                          f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")  # fmt: skip
+            if "true_preference" in metrics:
+                t.caption, t.caption_justify = EXPOSURE_NOTE, "left"
             console.print(t)
     for p in paths:
         console.print(f"recorded {p}")

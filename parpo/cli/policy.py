@@ -43,20 +43,9 @@ def load_config(config: str, algo: str | None, group_size: int | None, overrides
 
 
 def _line(section: dict[str, Any]) -> str:
-    # Where the truth is known it leads: hit@10/NDCG follow the logging policy's exposure there.
-    keys = ("true_preference", "hit@10", "ndcg@10", "task_quality", "preference")
-    return "  ".join(f"{k} {section[k]:.3f}" for k in keys if k in section)
+    from parpo.evaluation.headline import ORDER
 
-
-def oracle_share(part: dict[str, Any]) -> float | None:
-    """The policy's share of ``oracle_true``'s true-preference margin over popularity:
-    ``(policy - popularity) / (oracle_true - popularity)``; None without the truth or a margin."""
-    base = part.get("baselines", {})
-    if "oracle_true" not in base or "true_preference" not in part.get("policy", {}):
-        return None
-    pop = base["popularity"]["true_preference"]
-    margin = base["oracle_true"]["true_preference"] - pop
-    return (part["policy"]["true_preference"] - pop) / margin if margin > 0 else None
+    return "  ".join(f"{k} {section[k]:.3f}" for k in ORDER if k in section)
 
 
 @app.command()
@@ -165,6 +154,7 @@ def eval_(
 def print_eval(result: dict[str, Any], path: Path) -> None:
     """The warm and cold sections of a policy evaluation, one line per agent."""
     from parpo.cli.console import console
+    from parpo.evaluation.headline import EXPOSURE_NOTE, oracle_share
 
     for part in ("warm", "cold"):
         r = result[part]
@@ -181,9 +171,7 @@ def print_eval(result: dict[str, Any], path: Path) -> None:
                     f"  share of the oracle's margin over popularity (true preference): {share:.1%}"
                 )
             if "true_preference" in r.get("policy", {}):
-                console.print(
-                    "  (hit@10/ndcg@10 follow the logging policy's exposure on data with a known truth)"
-                )
+                console.print(f"  ({EXPOSURE_NOTE})")
     console.print(f"plan diversity (bits): {result['plan_diversity']}")
     console.print(f"recorded {path}")
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from parpo.evaluation.headline import EXPOSURE_NOTE, ORDER, oracle_share
 from parpo.evaluation.policy_eval import PARTS
 from parpo.evaluation.report import figures
 from parpo.evaluation.report.collect import (
@@ -28,7 +29,7 @@ from parpo.evaluation.report.collect import (
 from parpo_core.durable import atomic_write_bytes
 
 HTML_NAME, MD_NAME = "report.html", "summary.md"
-SHOWN = ("task_quality", "preference", "hit@10", "ndcg@10", "true_preference")
+SHOWN = ORDER
 BIAS_SHOWN = ("avg_pop", "avg_pop_norm", "gini", "tail_share", "coverage")
 
 
@@ -87,6 +88,10 @@ class _Doc:
         self.html.append(h)
         self.md.append("\n" + m)
 
+    def note(self, text: str) -> None:
+        self.html.append(f"<p><em>{html.escape(text)}</em></p>")
+        self.md.append(f"\n_{text}_\n")
+
     def figure(self, png: bytes | None, alt: str, empty: str) -> None:
         if png is None:
             self.html.append(f"<p><em>{html.escape(empty)}</em></p>")
@@ -107,8 +112,15 @@ def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
         for part in PARTS:
             sec = p.eval[part]  # type: ignore[index]
             m = sec.get("policy", {})
-            rows.append([_short(p.name), part, str(sec["n_tasks"]), *(_fmt(m.get(k)) for k in SHOWN)])
-    doc.table(["version", "part", "tasks", *SHOWN], rows)
+            share = oracle_share(sec)
+            rows.append([_short(p.name), part, str(sec["n_tasks"]), *(_fmt(m.get(k)) for k in SHOWN),
+                         "" if share is None else f"{share:.1%}"])  # fmt: skip
+    doc.table(["version", "part", "tasks", *SHOWN, "oracle share"], rows)
+    if any(r[-1] for r in rows):
+        doc.note(
+            "oracle share: the policy's share of the true-interest oracle's margin over popularity "
+            f"(true preference); {EXPOSURE_NOTE}."
+        )
     doc.md.append("\n" + "".join(f"- {_short(p.name)}: `evals/{p.eval_file}`\n" for p in ev))
 
     doc.section("Learning curves", "Mean reward per component over the training updates (logs/metrics.csv).")

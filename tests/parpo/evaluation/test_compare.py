@@ -124,6 +124,11 @@ def test_compare_records_paired_differences_in_each_version(two_policies, tiny_s
     assert {
         v: sorted(p.name for p in (reg / "policy" / v / "evals").glob("*.json")) for v in (v1, v2)
     } == files
+    # Printed: true preference leads each table (the world's truth is known), hit@10 labelled.
+    shown = run(*args[:-1]).stdout
+    first_table = shown.split("cold")[0]
+    assert first_table.index("true_preference") < first_table.index("hit@10") < first_table.index("task_quality")
+    assert "follow the logging policy's exposure" in " ".join(shown.split())
 
 
 def test_compare_needs_two_versions(tmp_path):

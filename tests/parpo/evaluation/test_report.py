@@ -68,12 +68,17 @@ def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synt
              / r["policy_eval"]).read_text())["result"] for r in results}  # fmt: skip
     rows = md_table(md, "Held-out tasks")
     assert len(rows) == 4
-    for version, part, n, tq, pref, hit, *_ in rows:
+    for version, part, n, true_pref, hit, _, tq, pref, share in rows:  # true preference leads
         sec = evals[version][part]
         assert int(n) == sec["n_tasks"]
-        assert [float(tq), float(pref), float(hit)] == pytest.approx(
-            [sec["policy"]["task_quality"], sec["policy"]["preference"], sec["policy"]["hit@10"]], abs=5e-5
+        assert [float(true_pref), float(tq), float(pref), float(hit)] == pytest.approx(
+            [sec["policy"][k] for k in ("true_preference", "task_quality", "preference", "hit@10")], abs=5e-5
         )
+        base = sec["baselines"]
+        expected = (sec["policy"]["true_preference"] - base["popularity"]["true_preference"]) / (
+            base["oracle_true"]["true_preference"] - base["popularity"]["true_preference"])  # fmt: skip
+        assert float(share.rstrip("%")) == pytest.approx(100 * expected, abs=0.05)
+    assert "share of the true-interest oracle's margin over popularity" in md
     (comp,) = [r for r in md_table(md, "Paired comparisons") if r[2:4] == ["warm", "task_quality"]]
     d = results[0]["against"][v2]["warm"]["task_quality"]
     assert [float(x) for x in comp[5:8]] == pytest.approx([d["diff"], d["ci_low"], d["ci_high"]], abs=5e-5)
