@@ -127,7 +127,9 @@ def test_compare_records_paired_differences_in_each_version(two_policies, tiny_s
     # Printed: true preference leads each table (the world's truth is known), hit@10 labelled.
     shown = run(*args[:-1]).stdout
     first_table = shown.split("cold")[0]
-    assert first_table.index("true_preference") < first_table.index("hit@10") < first_table.index("task_quality")
+    assert (
+        first_table.index("true_preference") < first_table.index("hit@10") < first_table.index("task_quality")
+    )
     assert "follow the logging policy's exposure" in " ".join(shown.split())
 
 
