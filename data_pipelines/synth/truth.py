@@ -51,6 +51,13 @@ MODEL = {
     "uniform_test": "uniform_slate_size distinct items uniformly at random per user; same response model, pop from final counts",
 }
 
+#: What a continuation adds (``data_pipelines.synth.drift``); in meta.json of continued worlds only.
+CONTINUATION_MODEL = {
+    "new_users_items": "drawn by the same equations from centroids.parquet; new items start with 0 exposure and clicks",
+    "interest_drift": "round(x * U) earlier users, uniformly: u' = cos(theta) u + sin(theta) |u| w / |w|, w = g - (g . u / u . u) u, g ~ N(0, I_d)",
+    "rounds": "numbered on from the last round, same logging policy from the final exposure and clicks, same response model",
+}
+
 COLUMNS = {
     "interest.parquet": {
         "user_id": "user id",
@@ -151,7 +158,7 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
             "config": cfg.model_dump(mode="json"),
             "config_digest": cfg.digest(),
             "interest_pairs": "all" if w.user_ids.len() * w.item_ids.len() <= ALL_PAIRS_LIMIT else "observed",
-            "model": MODEL,
+            "model": MODEL | CONTINUATION_MODEL if data.continuations else MODEL,
             "columns": {name: cols for name, cols in COLUMNS.items() if name in files},
             "stats": data.stats,
             "files": files,
