@@ -8,7 +8,7 @@ and drift share x then does, with ``t0`` the number of rounds already played:
 
     new user  (ids u<U> .. u<U+N-1>)    drawn from the same model as the first users:
         region ~ U{0..n_regions-1}, age band, device as before, z ~ N(0, I_d)
-        u = sqrt(w_r) m_region + sqrt(w_a) g_age + sqrt(1 - w_r - w_a) z,   c_u ~ Gamma(2, 0.25)
+        u = sqrt(w_r) m_region + sqrt(w_a) g_age + sqrt(1 - w_r - w_a) z,   c_u ~ Gamma(shape, scale)
     new item  (ids i<I> .. i<I+M-1>)    likewise: category ~ 1 / rank^skew, z ~ N(0, I_d)
         v = sqrt(w_c) q_category + sqrt(1 - w_c) z, attributes = top-k of v . e_j / sqrt(d) + noise,
         log price = log_price[category] + price_item_sd * N(0, 1); exposure and clicks start at 0
