@@ -5,8 +5,9 @@ correlated with their interest; items have latent vectors, categories,
 attributes and prices. A popularity-driven logging policy shows slates in
 rounds (rich get richer); responses follow interest + conformity * popularity +
 noise through a click -> cart/fav -> buy funnel. ``write`` produces a canonical
-dataset, ``uniform_test/`` (random exposure, same responses) and ``truth/``.
-See docs/synthetic.md.
+dataset, ``uniform_test/`` (random exposure, same responses) and ``truth/``;
+``write_continuation`` plays more rounds of a written world, with new users, new
+items and interest drift (``drift``). See docs/synthetic.md.
 
     from data_pipelines.synth import SynthConfig, write, true_interest
     write(SynthConfig(seed=0), "data/synth")
@@ -14,13 +15,15 @@ See docs/synthetic.md.
 """
 
 from data_pipelines.synth.config import GENERATOR_VERSION, SynthConfig
+from data_pipelines.synth.drift import ContinueConfig
 from data_pipelines.synth.exposure import gini
 from data_pipelines.synth.generate import SynthData, generate
 from data_pipelines.synth.truth import Truth, true_interest
-from data_pipelines.synth.write import CSV_COLUMNS, write, write_csv
+from data_pipelines.synth.write import CSV_COLUMNS, write, write_continuation, write_csv
 
 __all__ = [
     "CSV_COLUMNS",
+    "ContinueConfig",
     "GENERATOR_VERSION",
     "SynthConfig",
     "SynthData",
@@ -29,5 +32,6 @@ __all__ = [
     "gini",
     "true_interest",
     "write",
+    "write_continuation",
     "write_csv",
 ]

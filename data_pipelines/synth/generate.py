@@ -88,6 +88,10 @@ class SynthData:
     exposure_final: np.ndarray  # [n_items] int64, impressions per item in the main logs
     clicks_final: np.ndarray  # [n_items] int64, clicks per item in the main logs
     stats: dict[str, Any] = field(default_factory=dict)
+    #: One record per continuation the world went through (``data_pipelines.synth.drift``); [] when fresh.
+    continuations: list[dict[str, Any]] = field(default_factory=list)
+    #: Continued worlds: continuation, round, user_id, vector_before of every drifted user; None when fresh.
+    drift: pl.DataFrame | None = None
 
     @property
     def user_vectors(self) -> np.ndarray:
@@ -102,15 +106,17 @@ class SynthData:
         return self.world.conformity
 
 
-def _sessions(cfg: SynthConfig, rng: np.random.Generator, k: int, day: int) -> tuple[np.ndarray, np.ndarray]:
+def _sessions(
+    cfg: SynthConfig, rng: np.random.Generator, n_users: int, k: int, day: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every user's session in round ``day``, in order of arrival.
 
     Returns (users [U] int64, a random order; starts [U] int64 seconds after cfg.start,
     non-decreasing). Generating slates in arrival order keeps the rows in log order.
     """
     latest = cfg.round_seconds - cfg.event_gap_seconds * (k + 1)
-    users = rng.permutation(cfg.n_users).astype(np.int64)
-    starts = np.sort(rng.integers(0, latest + 1, cfg.n_users, dtype=np.int64))
+    users = rng.permutation(n_users).astype(np.int64)
+    starts = np.sort(rng.integers(0, latest + 1, n_users, dtype=np.int64))
     return users, day * cfg.round_seconds + starts
 
 
@@ -141,24 +147,32 @@ def _show(
     )
 
 
-def simulate_rounds(cfg: SynthConfig, world: World, st: Streams) -> tuple[Shown, dict[str, np.ndarray]]:
-    """The main logs: ``cfg.rounds`` rounds of popularity-driven slates.
+def simulate_rounds(
+    cfg: SynthConfig,
+    world: World,
+    st: Streams,
+    rounds: range | None = None,
+    exposure: np.ndarray | None = None,
+    clicks: np.ndarray | None = None,
+) -> tuple[Shown, dict[str, np.ndarray]]:
+    """The main logs: ``rounds`` (default ``range(cfg.rounds)``) of popularity-driven slates,
+    starting from impressions ``exposure`` and ``clicks`` per item ([I] int64; default none).
 
     Returns the impressions (in log order) and the logging-policy record: per round
     (``[rounds, n_items]``) exposure and clicks before the round and the draw probability.
     """
-    n_items = cfg.n_items
-    exposure = np.zeros(n_items, dtype=np.int64)
-    clicks = np.zeros(n_items, dtype=np.int64)
+    n_users, n_items = world.user_ids.len(), world.item_ids.len()
+    exposure = np.zeros(n_items, dtype=np.int64) if exposure is None else exposure.copy()
+    clicks = np.zeros(n_items, dtype=np.int64) if clicks is None else clicks.copy()
     parts: list[Shown] = []
     record: dict[str, list[np.ndarray]] = {"exposure_before": [], "clicks_before": [], "probability": []}
-    for r in range(cfg.rounds):
+    for r in range(cfg.rounds) if rounds is None else rounds:
         p = popularity_weights(clicks, cfg.exposure_alpha, cfg.exposure_beta)
         record["exposure_before"].append(exposure.copy())
         record["clicks_before"].append(clicks.copy())
         record["probability"].append(p)
-        users, t0 = _sessions(cfg, st.time, cfg.slate_size, r)
-        slates = sample_slates(st.exposure, p, cfg.n_users, cfg.slate_size)
+        users, t0 = _sessions(cfg, st.time, n_users, cfg.slate_size, r)
+        slates = sample_slates(st.exposure, p, n_users, cfg.slate_size)
         shown = _show(cfg, world, users, slates, r, t0, popularity(exposure), st.response)
         exposure += np.bincount(shown.item, minlength=n_items)
         clicks += np.bincount(shown.item[shown.responses.click], minlength=n_items)
@@ -168,14 +182,18 @@ def simulate_rounds(cfg: SynthConfig, world: World, st: Streams) -> tuple[Shown,
     return Shown.concat(parts), out
 
 
-def simulate_uniform(cfg: SynthConfig, world: World, st: Streams, exposure: np.ndarray) -> Shown:
+def simulate_uniform(
+    cfg: SynthConfig, world: World, st: Streams, exposure: np.ndarray, day: int | None = None
+) -> Shown:
     """uniform_test: ``uniform_slate_size`` distinct items drawn uniformly at random per user, shown
-    the day after the last round. Same response model; conformity reads the final exposure counts."""
-    n_items = cfg.n_items
-    users, t0 = _sessions(cfg, st.uniform_time, cfg.uniform_slate_size, cfg.rounds)
+    on ``day`` (default ``cfg.rounds``: the day after the last round). Same response model;
+    conformity reads the final exposure counts."""
+    n_users, n_items = world.user_ids.len(), world.item_ids.len()
+    day = cfg.rounds if day is None else day
+    users, t0 = _sessions(cfg, st.uniform_time, n_users, cfg.uniform_slate_size, day)
     p = np.full(n_items, 1.0 / n_items)
-    slates = sample_slates(st.uniform_exposure, p, cfg.n_users, cfg.uniform_slate_size)
-    return _show(cfg, world, users, slates, cfg.rounds, t0, popularity(exposure), st.uniform_response)
+    slates = sample_slates(st.uniform_exposure, p, n_users, cfg.uniform_slate_size)
+    return _show(cfg, world, users, slates, day, t0, popularity(exposure), st.uniform_response)
 
 
 def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: bool) -> pl.DataFrame:
@@ -201,11 +219,16 @@ def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: boo
     if uniform:
         session = (world.user_ids + "-test").gather(user)
     else:
-        width = max(2, len(str(cfg.rounds - 1)))
-        suffix = "-r" + pl.Series(np.arange(cfg.rounds)).cast(pl.String).str.zfill(width)
+        # Rounds first .. last (every user has a session in each): "-r" + the round, zero-padded.
+        first, last = int(shown.round.min()), int(shown.round.max())
+        n_rounds = last - first + 1
+        width = max(2, len(str(last)))
+        suffix = "-r" + pl.Series(np.arange(first, last + 1)).cast(pl.String).str.zfill(width)
         table = world.user_ids.to_frame("u").join(suffix.to_frame("r"), how="cross")
         session = (
-            table.select(pl.col("u") + pl.col("r")).to_series().gather(user * cfg.rounds + shown.round[imp])
+            table.select(pl.col("u") + pl.col("r"))
+            .to_series()
+            .gather(user * n_rounds + shown.round[imp] - first)
         )
     is_buy = code == EVENT_CODES.index("buy")
     n_rows = imp.size
@@ -221,7 +244,7 @@ def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: boo
             "request_id": session,
             "position": pl.Series(pos, dtype=pl.Int32),
             "propensity": pl.repeat(
-                1.0 / cfg.n_items if uniform else None, n_rows, dtype=pl.Float64, eager=True
+                1.0 / world.item_ids.len() if uniform else None, n_rows, dtype=pl.Float64, eager=True
             ),
             "logging_policy": pl.repeat(UNIFORM_POLICY if uniform else MAIN_POLICY, n_rows, eager=True),
         }
@@ -262,12 +285,19 @@ def generate(config: SynthConfig | None = None) -> SynthData:
     world = build_world(cfg, st.users, st.items)
     main, record = simulate_rounds(cfg, world, st)
     uni = simulate_uniform(cfg, world, st, record["exposure_final"])
+    return assemble(cfg, world, main, uni, record, range(cfg.rounds))
 
-    n_rounds, n_items = record["probability"].shape
+
+def assemble(
+    cfg: SynthConfig, world: World, main: Shown, uni: Shown, record: dict[str, np.ndarray], rounds: range
+) -> SynthData:
+    """Frames and statistics of simulated ``rounds`` (``main``, with ``simulate_rounds``'s ``record``)
+    and a uniform test (``uni``)."""
+    n_items = world.item_ids.len()
     exposure = pl.DataFrame(
         {
-            "round": np.repeat(np.arange(n_rounds, dtype=np.int64), n_items),
-            "item_id": world.item_ids.gather(np.tile(np.arange(n_items), n_rounds)),
+            "round": np.repeat(np.asarray(rounds, dtype=np.int64), n_items),
+            "item_id": world.item_ids.gather(np.tile(np.arange(n_items), len(rounds))),
             "exposure_before": record["exposure_before"].ravel(),
             "clicks_before": record["clicks_before"].ravel(),
             "probability": record["probability"].ravel(),

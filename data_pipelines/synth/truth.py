@@ -9,7 +9,10 @@ Layout of ``DIR/truth/`` (columns are also documented in ``meta.json``)::
     impressions.parquet   per impression: split, round, user_id, item_id, position, interest,
                           popularity, conformity, noise, click_logit, click, cart, fav, buy
     exposure.parquet      per round and item: exposure_before, clicks_before, probability
-    meta.json README.md   config, equations, column docs, statistics, file hashes
+    centroids.parquet     the world's constants (centroids, attribute directions, price levels,
+                          projection weights): what later users and items are drawn from
+    [drift.parquet]       continued worlds: each drifted user's vector before the drift
+    meta.json README.md   config, equations, column docs, statistics, continuations
 
 The true interest of any pair is ``u . v / sqrt(dim)`` through the stored vectors:
 ``true_interest(DIR, users, items)``.
@@ -28,6 +31,7 @@ import polars as pl
 
 from data_pipelines.synth.config import GENERATOR_VERSION
 from data_pipelines.synth.generate import SynthData
+from data_pipelines.synth.world import Centroids
 from data_pipelines.synth.world import interest as row_interest
 from parpo_core.durable import publish_dir, temp_sibling
 from parpo_core.errors import DataError
@@ -45,6 +49,13 @@ MODEL = {
     "click": "P(click) = sigmoid(click_bias + interest_weight * s + c_u * pop_i + eps), eps ~ N(0, noise_sd^2)",
     "funnel": "P(cart|click) = sigmoid(logit(cart_rate) + funnel_interest_weight * s); fav likewise; P(buy|cart) with buy_rate",
     "uniform_test": "uniform_slate_size distinct items uniformly at random per user; same response model, pop from final counts",
+}
+
+#: What a continuation adds (``data_pipelines.synth.drift``); in meta.json of continued worlds only.
+CONTINUATION_MODEL = {
+    "new_users_items": "drawn by the same equations from centroids.parquet; new items start with 0 exposure and clicks",
+    "interest_drift": "round(x * U) earlier users, uniformly: u' = cos(theta) u + sin(theta) |u| w / |w|, w = g - (g . u / u . u) u, g ~ N(0, I_d)",
+    "rounds": "numbered on from the last round, same logging policy from the final exposure and clicks, same response model",
 }
 
 COLUMNS = {
@@ -77,6 +88,18 @@ COLUMNS = {
         "noise": "eps drawn for this impression",
         "click_logit": "the click logit including eps",
         "click/cart/fav/buy": "whether the event happened",
+    },
+    "centroids.parquet": {
+        "kind": "region (m_region), age_band (g_age), category (q_category), attribute (e_j) or projection (w_j)",
+        "index": "row within the kind (region / age band / category / attribute / feature number)",
+        "vector": "the vector, list<float64>[dim]",
+        "log_price": "category rows: mean log price of the category; null otherwise",
+    },
+    "drift.parquet": {
+        "continuation": "which continuation (1 = the first) rotated the vector",
+        "round": "first round played with the new vector",
+        "user_id": "user id",
+        "vector_before": "interest vector u before the rotation, list<float32>[dim]",
     },
     "exposure.parquet": {
         "round": "round",
@@ -122,7 +145,10 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
             "interest.parquet": _interest_pairs(data),
             "impressions.parquet": data.impressions,
             "exposure.parquet": data.exposure,
+            "centroids.parquet": centroids_frame(w.centroids),
         }
+        if data.drift is not None:
+            frames["drift.parquet"] = data.drift
         files = {}
         for name, df in frames.items():
             df.write_parquet(tmp / name, compression="zstd")
@@ -131,12 +157,14 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
             "generator_version": GENERATOR_VERSION,
             "config": cfg.model_dump(mode="json"),
             "config_digest": cfg.digest(),
-            "interest_pairs": "all" if cfg.n_users * cfg.n_items <= ALL_PAIRS_LIMIT else "observed",
-            "model": MODEL,
-            "columns": COLUMNS,
+            "interest_pairs": "all" if w.user_ids.len() * w.item_ids.len() <= ALL_PAIRS_LIMIT else "observed",
+            "model": MODEL | CONTINUATION_MODEL if data.continuations else MODEL,
+            "columns": {name: cols for name, cols in COLUMNS.items() if name in files},
             "stats": data.stats,
             "files": files,
         }
+        if data.continuations:
+            meta["continuations"] = data.continuations
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(meta))
         publish_dir(tmp, dest, replace=True)
@@ -146,19 +174,62 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
     return meta
 
 
+#: Kinds of rows in centroids.parquet, in order, and the Centroids field each fills.
+CENTROID_KINDS: tuple[str, ...] = ("region", "age_band", "category", "attribute", "projection")
+
+
+def centroids_frame(c: Centroids) -> pl.DataFrame:
+    """``centroids.parquet``: one row per centroid, direction or projection weight vector."""
+    parts = []
+    for kind in CENTROID_KINDS:
+        rows = getattr(c, kind).T if kind == "projection" else getattr(c, kind)  # projection: [dim, k]
+        parts.append(
+            pl.DataFrame(
+                {
+                    "kind": pl.repeat(kind, rows.shape[0], eager=True, dtype=pl.String),
+                    "index": np.arange(rows.shape[0], dtype=np.int64),
+                    "vector": pl.Series(rows.astype(np.float64)).cast(pl.List(pl.Float64)),
+                    "log_price": c.log_price if kind == "category" else np.full(rows.shape[0], None),
+                },
+                schema_overrides={"log_price": pl.Float64},
+            )
+        )
+    return pl.concat(parts)
+
+
+def read_centroids(frame: pl.DataFrame, dim: int, sizes: dict[str, int]) -> Centroids:
+    """Centroids from ``centroids.parquet``; ``sizes``: the rows expected per kind (from the config).
+
+    A count or dimension that does not match is a one-line ``DataError``."""
+    out: dict[str, np.ndarray] = {}
+    for kind in CENTROID_KINDS:
+        rows = frame.filter(pl.col("kind") == kind).sort("index")
+        if rows.height != sizes[kind] or (rows.height and rows["vector"].list.len().min() != dim):
+            raise DataError(
+                f"truth/centroids.parquet: {rows.height} '{kind}' rows of dimension "
+                f"{rows['vector'].list.len().min() if rows.height else dim}, the config says {sizes[kind]} of {dim}"
+            )
+        m = rows["vector"].list.to_array(dim).to_numpy().reshape(rows.height, dim)
+        out[kind] = m.T.copy() if kind == "projection" else m
+        if kind == "category":
+            out["log_price"] = rows["log_price"].to_numpy()
+    return Centroids(**out)
+
+
 def _interest_pairs(data: SynthData) -> pl.DataFrame:
-    w, cfg = data.world, data.config
-    if cfg.n_users * cfg.n_items <= ALL_PAIRS_LIMIT:
-        u = np.repeat(np.arange(cfg.n_users), cfg.n_items)
-        i = np.tile(np.arange(cfg.n_items), cfg.n_users)
+    w = data.world
+    n_users, n_items = w.user_ids.len(), w.item_ids.len()
+    if n_users * n_items <= ALL_PAIRS_LIMIT:
+        u = np.repeat(np.arange(n_users), n_items)
+        i = np.tile(np.arange(n_items), n_users)
         scores = Truth.matrix(w.user_vectors, w.item_vectors).ravel()
     else:
-        idx = pl.DataFrame({"user_id": w.user_ids, "u": np.arange(cfg.n_users)})
+        idx = pl.DataFrame({"user_id": w.user_ids, "u": np.arange(n_users)})
         pairs = (
             data.impressions.select("user_id", "item_id")
             .unique()
             .join(idx, on="user_id")
-            .join(pl.DataFrame({"item_id": w.item_ids, "i": np.arange(cfg.n_items)}), on="item_id")
+            .join(pl.DataFrame({"item_id": w.item_ids, "i": np.arange(n_items)}), on="item_id")
             .sort("u", "i")
         )
         u, i = pairs["u"].to_numpy(), pairs["i"].to_numpy()

@@ -46,6 +46,23 @@ def names(base: tuple[str, ...], prefix: str, n: int) -> list[str]:
     return [base[k] if k < len(base) else f"{prefix}{k:03d}" for k in range(n)]
 
 
+AGE_P: tuple[float, ...] = (0.15, 0.27, 0.23, 0.17, 0.11, 0.07)  # share of users per age band
+DEVICE_P: tuple[float, ...] = (0.5, 0.3, 0.2)
+
+
+@dataclass(frozen=True)
+class Centroids:
+    """The world's constants, drawn once with it: what any later user or item is built from
+    (``truth/centroids.parquet``). float64 as drawn."""
+
+    region: np.ndarray  # [n_regions, dim] m_region
+    age_band: np.ndarray  # [len(AGE_BANDS), dim] g_age
+    category: np.ndarray  # [n_categories, dim] q_category
+    attribute: np.ndarray  # [n_attributes, dim] attribute directions e_j
+    log_price: np.ndarray  # [n_categories] mean log price of the category
+    projection: np.ndarray  # [dim, interest_features] w_j of the observable projections ([dim, 0] when off)
+
+
 @dataclass(frozen=True)
 class World:
     """Everything about users and items that does not depend on the logs.
@@ -67,6 +84,7 @@ class World:
     category_names: list[str]
     attribute_names: list[str]
     projections: np.ndarray  # [n_users, interest_features] float64, observable noisy projections of u
+    centroids: Centroids
 
     def interest(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """True interest s(u, i) = u . v_i / sqrt(dim) for index pairs; [N] float64."""
@@ -107,50 +125,83 @@ def interest(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.einsum("nd,nd->n", u64, v64) / np.sqrt(u.shape[1])
 
 
+def user_vectors(
+    cfg: SynthConfig, c: Centroids, region: np.ndarray, age_band: np.ndarray, personal: np.ndarray
+) -> np.ndarray:
+    """u = sqrt(w_r) m_region + sqrt(w_a) g_age + sqrt(1 - w_r - w_a) z for [n] indices, z [n, dim]; float64."""
+    w_own = 1.0 - cfg.region_weight - cfg.age_weight
+    return (
+        np.sqrt(cfg.region_weight) * c.region[region]
+        + np.sqrt(cfg.age_weight) * c.age_band[age_band]
+        + np.sqrt(w_own) * personal
+    )
+
+
+def item_vectors(cfg: SynthConfig, c: Centroids, category: np.ndarray, personal: np.ndarray) -> np.ndarray:
+    """v = sqrt(w_c) q_category + sqrt(1 - w_c) z for [n] categories, z [n, dim]; float64."""
+    return np.sqrt(cfg.category_weight) * c.category[category] + np.sqrt(1 - cfg.category_weight) * personal
+
+
+def top_attributes(cfg: SynthConfig, c: Centroids, v: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """The ``attributes_per_item`` largest of v . e_j / sqrt(dim) + attribute_noise * noise ([n, A]),
+    as sorted attribute indices [n, k]."""
+    affinity = v @ c.attribute.T / np.sqrt(cfg.dim) + cfg.attribute_noise * noise
+    top = np.argsort(-affinity, axis=1, kind="stable")[:, : cfg.attributes_per_item]
+    return np.sort(top, axis=1)
+
+
+def prices(cfg: SynthConfig, c: Centroids, category: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """exp(log_price[category] + price_item_sd * noise), rounded to cents, at least 0.01; [n] float64."""
+    price = np.round(np.exp(c.log_price[category] + cfg.price_item_sd * noise), 2)
+    return np.maximum(price, 0.01)
+
+
+def category_p(cfg: SynthConfig) -> np.ndarray:
+    """Category shares ~ 1 / rank**category_skew; [n_categories]."""
+    sizes = 1.0 / np.arange(1, cfg.n_categories + 1) ** cfg.category_skew
+    return sizes / sizes.sum()
+
+
+def project(cfg: SynthConfig, c: Centroids, u: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """Observable features u . w_j / sqrt(dim) + interest_feature_noise * noise; [n, interest_features]."""
+    return u @ c.projection / np.sqrt(cfg.dim) + cfg.interest_feature_noise * noise
+
+
 def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.random.Generator) -> World:
     n_users, n_items, d = cfg.n_users, cfg.n_items, cfg.dim
 
     # Users: region and age centroids explain region_weight + age_weight of each coordinate's variance.
+    # The draws keep their original order (the frozen default world depends on it).
     region = rng_users.integers(0, cfg.n_regions, n_users)
-    age_band = rng_users.choice(len(AGE_BANDS), n_users, p=[0.15, 0.27, 0.23, 0.17, 0.11, 0.07])
-    device = rng_users.choice(len(DEVICES), n_users, p=[0.5, 0.3, 0.2])
+    age_band = rng_users.choice(len(AGE_BANDS), n_users, p=list(AGE_P))
+    device = rng_users.choice(len(DEVICES), n_users, p=list(DEVICE_P))
     m_region = rng_users.standard_normal((cfg.n_regions, d))
     g_age = rng_users.standard_normal((len(AGE_BANDS), d))
     personal = rng_users.standard_normal((n_users, d))
-    w_own = 1.0 - cfg.region_weight - cfg.age_weight
-    u = (
-        np.sqrt(cfg.region_weight) * m_region[region]
-        + np.sqrt(cfg.age_weight) * g_age[age_band]
-        + np.sqrt(w_own) * personal
-    )
     conformity = rng_users.gamma(cfg.conformity_shape, cfg.conformity_scale, n_users)
 
     # Items: category centroid + personal part; attributes = top directions (noisy); log-normal prices.
-    sizes = 1.0 / np.arange(1, cfg.n_categories + 1) ** cfg.category_skew
-    category = rng_items.choice(cfg.n_categories, n_items, p=sizes / sizes.sum())
+    category = rng_items.choice(cfg.n_categories, n_items, p=category_p(cfg))
     q_cat = rng_items.standard_normal((cfg.n_categories, d))
-    v = np.sqrt(cfg.category_weight) * q_cat[category] + np.sqrt(1 - cfg.category_weight) * (
-        rng_items.standard_normal((n_items, d))
-    )
+    item_personal = rng_items.standard_normal((n_items, d))
     directions = rng_items.standard_normal((cfg.n_attributes, d))
-    affinity = v @ directions.T / np.sqrt(d) + cfg.attribute_noise * rng_items.standard_normal(
-        (n_items, cfg.n_attributes)
-    )
-    k = cfg.attributes_per_item
-    top = np.argsort(-affinity, axis=1, kind="stable")[:, :k]
+    attribute_noise = rng_items.standard_normal((n_items, cfg.n_attributes))
     log_mu = np.log(cfg.price_median) + cfg.price_category_sd * rng_items.standard_normal(cfg.n_categories)
-    price = np.round(np.exp(log_mu[category] + cfg.price_item_sd * rng_items.standard_normal(n_items)), 2)
-    price = np.maximum(price, 0.01)
+    price_noise = rng_items.standard_normal(n_items)
 
     # Own stream (child 8 of the seed; generate's streams are children 0-7), drawn only when asked
     # for, so the default world and logs are unchanged.
     k = cfg.interest_features
-    projections = np.zeros((n_users, 0))
+    w, projection_noise = np.zeros((d, 0)), np.zeros((n_users, 0))
     if k:
         rng = np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(9)[8])
         w = rng.standard_normal((d, k))
-        projections = u @ w / np.sqrt(d) + cfg.interest_feature_noise * rng.standard_normal((n_users, k))
-
+        projection_noise = rng.standard_normal((n_users, k))
+    c = Centroids(
+        region=m_region, age_band=g_age, category=q_cat, attribute=directions, log_price=log_mu, projection=w
+    )
+    u = user_vectors(cfg, c, region, age_band, personal)
+    v = item_vectors(cfg, c, category, item_personal)
     return World(
         user_ids=ids("u", n_users),
         item_ids=ids("i", n_items),
@@ -161,9 +212,10 @@ def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.
         age_band=age_band,
         device=device,
         category=category,
-        attributes=np.sort(top, axis=1),
-        price=price,
+        attributes=top_attributes(cfg, c, v, attribute_noise),
+        price=prices(cfg, c, category, price_noise),
         category_names=names(CATEGORY_NAMES, "c", cfg.n_categories),
         attribute_names=names(ATTRIBUTE_NAMES, "a", cfg.n_attributes),
-        projections=projections,
+        projections=project(cfg, c, u, projection_noise),
+        centroids=c,
     )

@@ -24,7 +24,8 @@ from data_pipelines.adapters.base import ROW_COLUMNS
 from data_pipelines.dataset import Dataset
 from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
-from data_pipelines.synth.generate import SynthData, generate, generate_logs
+from data_pipelines.synth.drift import ContinueConfig, continue_world, load_state
+from data_pipelines.synth.generate import generate, generate_logs
 from data_pipelines.synth.truth import write_truth
 from parpo_core.durable import atomic_write_with
 from parpo_core.errors import DataError
@@ -61,17 +62,22 @@ def write(
     """
     cfg = config or SynthConfig()
     out = Path(out)
-    _check_time_range(cfg)
+    _check_time_range(cfg, cfg.rounds)
     _claim(out, overwrite)
     started = time.perf_counter()
     data = generate(cfg)
+    note = f"data_pipelines.synth seed={cfg.seed} config_digest={cfg.digest()}"
     with tempfile.TemporaryDirectory(prefix="parpo-synth-") as tmp:
-        main = _ingest(data, data.interactions, Path(tmp) / "interactions.parquet", out)
+        main = _ingest(
+            data.interactions, Path(tmp) / "interactions.parquet", out, data.items, data.users, note
+        )
         uniform = _ingest(
-            data,
             data.uniform,
             Path(tmp) / "uniform_test.parquet",
             out / "uniform_test",
+            data.items,
+            data.users,
+            note,
             share=Dataset(out),
         )
     meta = write_truth(data, out / "truth")
@@ -90,9 +96,84 @@ def write(
     }
 
 
-def _check_time_range(cfg: SynthConfig) -> None:
-    """The ingest quarantines timestamps outside [TS_MIN, now + slack]: refuse such a config up front."""
-    end = cfg.start + timedelta(seconds=(cfg.rounds + 1) * cfg.round_seconds)
+def write_continuation(
+    root: str | Path, out: str | Path, spec: ContinueConfig, *, splits: bool = True
+) -> dict[str, Any]:
+    """Continue the synthetic dataset ``root`` into the new folder ``out`` (``data_pipelines.synth.drift``).
+
+    ``out`` starts as a copy of ``root``'s dataset files (rows, side tables, id maps, rejects,
+    dedupe state; not its splits or uniform_test); the new rounds are then appended by the real
+    ingest (id maps extended), ``uniform_test/`` is the uniform test after the new rounds, and
+    ``truth/`` covers every user and item (written last). ``root`` is only read. Returns the
+    summary as ``write`` does, with ``synth.continuation`` (the record also in truth/meta.json).
+    """
+    root, out = Path(root), Path(out)
+    state = load_state(root)
+    a, b = root.resolve(), out.resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise DataError(f"{out}: the continuation needs a folder outside {root} (and not holding it)")
+    _check_time_range(state.config, state.rounds + spec.rounds)
+    _claim(out, overwrite=False)
+    started = time.perf_counter()
+    new, whole = continue_world(state, spec)
+    record = whole.continuations[-1]
+    cfg = state.config
+    old_users, old_items = state.world.user_ids.implode(), state.world.item_ids.implode()
+    note = (
+        f"data_pipelines.synth continuation {record['continuation']} seed={record['seed']} "
+        f"config_digest={cfg.digest()}"
+    )
+    _copy_dataset(root, out)
+    with tempfile.TemporaryDirectory(prefix="parpo-synth-") as tmp:
+        main = _ingest(
+            new.interactions,
+            Path(tmp) / "interactions.parquet",
+            out,
+            new.items.filter(~pl.col("item_id").is_in(old_items)),
+            new.users.filter(~pl.col("user_id").is_in(old_users)),
+            note,
+        )
+        uniform = _ingest(
+            new.uniform,
+            Path(tmp) / "uniform_test.parquet",
+            out / "uniform_test",
+            new.items,
+            new.users,
+            note,
+            share=Dataset(out),
+        )
+    meta = write_truth(whole, out / "truth")
+    splits_note = _splits(out) if splits else "not requested"
+    return {
+        **main,
+        "uniform_test": uniform,
+        "truth": meta["files"],
+        "synth": {
+            "seed": record["seed"],
+            "config_digest": cfg.digest(),
+            "stats": new.stats,
+            "continuation": record,
+            "splits": splits_note,
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    }
+
+
+def _copy_dataset(src: Path, dest: Path) -> None:
+    """Copy the files ``src``'s manifest publishes (and the manifest and summary) into ``dest``."""
+    m = Dataset(src).manifest
+    rels = ["manifest.json", "summary.json"]
+    rels += [p["path"] for p in m["partitions"]] + [t["path"] for t in m["tables"].values()]
+    rels += [i[k] for i in m["ingests"] for k in ("rejects", "dedupe_keys")]
+    for rel in rels:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dest / rel)
+
+
+def _check_time_range(cfg: SynthConfig, rounds: int) -> None:
+    """The ingest quarantines timestamps outside [TS_MIN, now + slack]: refuse logs of ``rounds``
+    rounds and a uniform test day that would cross it, up front."""
+    end = cfg.start + timedelta(seconds=(rounds + 1) * cfg.round_seconds)
     if cfg.start < TS_MIN or end > datetime.now(UTC) + TS_FUTURE_SLACK:
         raise DataError(
             f"synth.start: the logs would span {cfg.start:%Y-%m-%d} .. {end:%Y-%m-%d}, outside the range "
@@ -114,16 +195,22 @@ def _claim(out: Path, overwrite: bool) -> None:
     raise DataError(f"{out}: folder is not empty; synth writes a new dataset ({hint})")
 
 
-def _ingest(data: SynthData, rows: pl.DataFrame, path: Path, out: Path, share: Dataset | None = None):
+def _ingest(
+    rows: pl.DataFrame,
+    path: Path,
+    out: Path,
+    items: pl.DataFrame,
+    users: pl.DataFrame,
+    note: str,
+    share: Dataset | None = None,
+) -> dict[str, Any]:
+    """Ingest ``rows`` (written to ``path``) into ``out`` with the side tables ``items`` and ``users``."""
     rows.write_parquet(path)
     src = canonical.source(path)
     src.name = SOURCE
-    src.items = data.items
-    src.users = data.users
-    src.notes.append(
-        f"data_pipelines.synth seed={data.config.seed} config_digest={data.config.digest()} "
-        f"({path.stem.replace('_', ' ')})"
-    )
+    src.items = items
+    src.users = users
+    src.notes.append(f"{note} ({path.stem.replace('_', ' ')})")
     return ingest(src, out, share_idmaps_with=share)
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from data_pipelines.data_config import DataConfig
 
 app = typer.Typer(
     help="Ingest interaction logs into canonical datasets; synthesise data; cut splits.", no_args_is_help=True
@@ -111,21 +114,66 @@ def synth(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Dataset folder to create.")] = None,
     users: Annotated[int | None, typer.Option("--users", help="Number of users (synth.n_users).")] = None,
     items: Annotated[int | None, typer.Option("--items", help="Number of items (synth.n_items).")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Generator seed (synth.seed).")] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", help="Exposure rounds (synth.rounds); with --continue-from: rounds to add."),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", help="Generator seed (synth.seed); with --continue-from: the continuation's seed."
+        ),
+    ] = None,
     csv: Annotated[
         Path | None,
         typer.Option("--csv", help="Write the interactions as a canonical CSV here instead of a dataset."),
     ] = None,
+    continue_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--continue-from",
+            help="A synthetic dataset to continue: --out gets its rows plus --rounds more of the same world.",
+        ),
+    ] = None,
+    new_users: Annotated[
+        int | None, typer.Option("--new-users", help="With --continue-from: users who join (default 0).")
+    ] = None,
+    new_items: Annotated[
+        int | None, typer.Option("--new-items", help="With --continue-from: items added (default 0).")
+    ] = None,
+    interest_drift: Annotated[
+        float | None,
+        typer.Option(
+            "--interest-drift", help="With --continue-from: share of users whose interest turns (0-1)."
+        ),
+    ] = None,
     config: ConfigOpt = None,
     overrides: Overrides = None,
 ) -> None:
-    """Synthesise a log with known interest and conformity (truth/ and uniform_test/ included)."""
+    """Synthesise a log with known interest and conformity (truth/ and uniform_test/ included).
+
+    --continue-from DIR plays more rounds of DIR's world into a new --out (DIR is only read):
+    new users and items appear and a share of users' interests drift (docs/synthetic.md).
+    """
     from parpo.cli.console import console, summary_table
     from parpo.presets import write_resolved
     from parpo_core.errors import UserError
 
+    grow = {"new_users": new_users, "new_items": new_items, "interest_drift": interest_drift}
+    if continue_from is not None:
+        clash = [n for n, v in (("--users", users), ("--items", items), ("--csv", csv)) if v is not None]
+        clash += [o for o in overrides or [] if o.startswith("synth.")]
+        spec = {"rounds": rounds, "seed": seed, **grow}
+        _continue(continue_from, out, spec, clash, _config(config, overrides))
+        return
+    extra = [k for k, v in grow.items() if v is not None]
+    if extra:
+        flag = "--" + extra[0].replace("_", "-")
+        raise UserError(f"{flag} needs --continue-from DIR (a synthetic dataset to continue)")
     flags = [
-        f"synth.{k}={v}" for k, v in (("n_users", users), ("n_items", items), ("seed", seed)) if v is not None
+        f"synth.{k}={v}"
+        for k, v in (("n_users", users), ("n_items", items), ("rounds", rounds), ("seed", seed))
+        if v is not None
     ]
     cfg = _config(config, [*(overrides or []), *flags])
     from data_pipelines import synth as gen
@@ -139,6 +187,36 @@ def synth(
     summary = gen.write(cfg.synth, out, splits=False)
     write_resolved(cfg, out / "config.yaml")
     console.print(summary_table(summary))
+    _write_splits(out, cfg)
+
+
+def _continue(src: Path, out: Path | None, spec: dict, clash: list[str], cfg: DataConfig) -> None:
+    """``parpo data synth --continue-from``: ``spec`` the continuation's flags (None: not given);
+    ``clash`` the flags given that set the world, which is DIR's. ``cfg`` (the data config) only
+    sets how the splits are cut."""
+    from parpo.cli.console import console, summary_table
+    from parpo.presets import validate, write_resolved
+    from parpo_core.errors import UserError
+
+    if clash:
+        raise UserError(f"{clash[0]} does not go with --continue-from: the world's parameters are DIR's")
+    if out is None or spec["rounds"] is None:
+        raise UserError("--continue-from DIR needs --out NEW (a new folder) and --rounds R")
+    from data_pipelines.synth import ContinueConfig, SynthConfig, write_continuation
+
+    given = {k: v for k, v in spec.items() if v is not None}
+    summary = write_continuation(
+        src, out, validate(ContinueConfig, given, "synth --continue-from"), splits=False
+    )
+    world = SynthConfig.model_validate(json.loads((out / "truth" / "meta.json").read_text())["config"])
+    write_resolved(cfg.model_copy(update={"synth": world}), out / "config.yaml")
+    record = summary["synth"]["continuation"]
+    console.print(summary_table(summary))
+    console.print(
+        f"continuation {record['continuation']} of {src}: rounds {record['first_round']}.."
+        f"{record['first_round'] + record['rounds'] - 1}, {record['new_users']} new users, "
+        f"{record['new_items']} new items, {record['drifted_users']} users drifted (seed {record['seed']})"
+    )
     _write_splits(out, cfg)
 
 
