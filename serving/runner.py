@@ -15,6 +15,12 @@ from typing import Any
 
 from parpo_core.errors import UserError
 
+#: Seconds an idle keep-alive connection stays open. Longer than clients' and load balancers'
+#: idle timeouts (httpx 5 s, nginx upstream 60 s, AWS ALB 60 s): the side that closes an idle
+#: connection must be the client, or a request sent on it as the server closes it fails with a
+#: connection error it cannot safely retry (uvicorn's default is 5 s, the same as httpx's).
+KEEP_ALIVE_S = 75
+
 
 def serve_forever(app: Any, host: str, port: int, *, graceful_s: int = 30) -> None:
     """Serve ``app`` on ``host:port`` until SIGTERM/SIGINT (then drain for up to ``graceful_s``)."""
@@ -23,7 +29,8 @@ def serve_forever(app: Any, host: str, port: int, *, graceful_s: int = 30) -> No
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=graceful_s)
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=graceful_s,
+                timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
 
 
 @contextmanager
@@ -37,7 +44,9 @@ def serve_in_thread(
     import httpx
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s
