@@ -118,7 +118,11 @@ def test_an_events_folder_that_cannot_be_written_is_reported_not_hung(serve_regi
         assert time.monotonic() - start < 30
         first = c.post("/v1/act", json={"request_id": "a1", "user_id": "u0001"})  # its write fails
         assert first.status_code == 200
-        ready = c.get("/readyz")
+        # The decision is not awaited (on_failure: serve): its failed commit lands a moment later.
+        deadline = time.monotonic() + 30
+        while "decision log" not in (ready := c.get("/readyz")).text:
+            assert time.monotonic() < deadline, ready.text
+            time.sleep(0.01)
         assert ready.status_code == 503 and "decision log cannot be written" in ready.json()["error"]
         assert "event log cannot be written" in ready.json()["error"]
         out = c.post("/v1/act", json={"request_id": "a2", "user_id": "u0001"}).json()
