@@ -216,7 +216,7 @@ def traffic_main(base_url: str, data: Path, seconds: float) -> None:
         clicks, model = interest_clicks(Truth(data).interest), "truth"
     else:
 
-        def clicks(u, i, positions):  # noqa: ANN001, ARG001: the ClickModel signature
+        def clicks(u, i, positions):  # the ClickModel signature: (users, items, positions)
             return 0.1 / np.sqrt(positions)
 
         model = "0.1/sqrt(position)"
@@ -284,7 +284,9 @@ def run_dataset(name: str, work: Path, steps: list[str], serve_s: float, timeout
             continue
         load0 = loadavg()
         if step == "serve":
-            res = serve_step(work / "registry", work / "data", work / "events", work / step, serve_s, timeout_s)
+            res = serve_step(
+                work / "registry", work / "data", work / "events", work / step, serve_s, timeout_s
+            )
         else:
             cmd = step_commands(name, work, version)[step] + overrides.get(step, [])
             res = run_measured(cmd, work / step, timeout_s)
@@ -308,7 +310,9 @@ def run_dataset(name: str, work: Path, steps: list[str], serve_s: float, timeout
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", type=Path, help="one fresh subfolder per dataset (required)")
-    ap.add_argument("--datasets", default="beauty,synth10k,synth50k", help="beauty, synthNk (N thousand users)")
+    ap.add_argument(
+        "--datasets", default="beauty,synth10k,synth50k", help="beauty, synthNk (N thousand users)"
+    )
     ap.add_argument("--steps", default=",".join(STEPS),
                     help=f"of {','.join(STEPS)}; without data: continue in the dataset's existing folder")  # fmt: skip
     ap.add_argument("--serve-seconds", type=float, default=60.0)
