@@ -1,0 +1,45 @@
+"""The pure helpers of ``benchmarks/scale_e2e.py`` (the benchmark itself is not run in CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.scale_e2e import growth, path_targets, published, seconds_per_update, synth_users
+
+
+def test_growth_ratio_and_limit():
+    small = {"data": 2.0, "reward": 10.0, "eval": 4.0, "ope": 1.0}
+    large = {"data": 11.0, "reward": 55.0, "eval": 22.4}
+    # 11/2 = 5.5 is at the limit (ok); 22.4/4 = 5.6 is over; ope is missing at the larger size
+    assert growth(small, large) == {
+        "data": {"ratio": 5.5, "ok": True},
+        "reward": {"ratio": 5.5, "ok": True},
+        "eval": {"ratio": 5.6, "ok": False},
+    }
+
+
+def test_growth_skips_steps_without_a_positive_small_time():
+    assert growth({"policy": None, "data": 0.0}, {"policy": 3.0, "data": 1.0}) == {}
+
+
+def test_path_targets_exempt_policy_and_total():
+    # reward over 300 s misses; policy over 300 s is exempt but counts in the total 310+400+100 = 810
+    t = path_targets({"reward": 310.0, "policy": 400.0, "eval": 100.0})
+    assert t == {"total_s": 810.0, "steps_ok": False, "missed": ["reward"], "path_ok": True}
+    t = path_targets({"reward": 300.0, "policy": 800.0, "eval": 100.5})
+    assert t == {"total_s": 1200.5, "steps_ok": True, "missed": [], "path_ok": False}
+
+
+def test_seconds_per_update_median_after_the_first(tmp_path: Path):
+    csv = tmp_path / "metrics.csv"
+    # per update: 10 (first, left out), 3, 5, 4 -> median 4
+    csv.write_text("update,time/rollout_s,time/update_s\n1,9.0,1.0\n2,2.0,1.0\n3,4.0,1.0\n4,3.0,1.0\n")
+    assert seconds_per_update(csv) == (4.0, 4)
+    assert seconds_per_update(tmp_path / "absent.csv") == (None, 0)
+
+
+def test_published_and_synth_users():
+    assert published("last updates: ...\npublished policy/v000001-x\n") == "policy/v000001-x"
+    assert published("no version here") is None
+    assert synth_users("synth50k") == 50_000
+    assert synth_users("beauty") is None
