@@ -116,30 +116,35 @@ def seconds_per_update(metrics_csv: Path) -> tuple[float | None, int]:
     return (statistics.median(rest) if rest else None), len(per)
 
 
-def growth(small: dict[str, float], large: dict[str, float], limit: float = GROWTH_LIMIT) -> dict:
-    """Per step in both: ``large / small`` seconds and whether it is at most ``limit``.
-    ``{step: {"ratio": r, "ok": bool}}``; steps missing or not positive in either are left out."""
-    out = {}
+def growth(
+    small: dict[str, float | None], large: dict[str, float | None], limit: float = GROWTH_LIMIT
+) -> dict:
+    """Per step timed at the smaller size: ``large / small`` seconds and whether it is at most
+    ``limit``; ``{step: {"ratio": r, "ok": bool}}``. A step that failed at the larger size
+    (``None``) is ``{"ratio": None, "ok": False}``; steps not run there, or without a positive
+    time at the smaller size, are left out."""
+    out: dict[str, dict] = {}
     for step, s in small.items():
-        big = large.get(step)
-        if big is None or s is None or s <= 0:
+        if s is None or s <= 0 or step not in large:
             continue
-        r = big / s
-        out[step] = {"ratio": round(r, 2), "ok": r <= limit}
+        big = large[step]
+        r = None if big is None else big / s
+        out[step] = {"ratio": None if r is None else round(r, 2), "ok": r is not None and r <= limit}
     return out
 
 
-def path_targets(seconds: dict[str, float], step_limit: float = STEP_LIMIT_S,
+def path_targets(seconds: dict[str, float | None], step_limit: float = STEP_LIMIT_S,
                  path_limit: float = PATH_LIMIT_S, exempt: tuple[str, ...] = ("policy",)) -> dict:  # fmt: skip
-    """The Amazon Beauty targets on ``{step: seconds}``: each step but ``exempt`` at most
-    ``step_limit``, the sum at most ``path_limit``; ``missed`` names the steps over."""
-    missed = [k for k, s in seconds.items() if k not in exempt and s > step_limit]
-    total = sum(seconds.values())
+    """The Amazon Beauty targets on ``{step: seconds}`` (``None``: the step failed or was
+    skipped, a miss): each step but ``exempt`` at most ``step_limit``, the sum at most
+    ``path_limit``; ``missed`` names the steps over or without a time."""
+    missed = [k for k, s in seconds.items() if s is None or (k not in exempt and s > step_limit)]
+    total = sum(s for s in seconds.values() if s is not None)
     return {
         "total_s": round(total, 1),
         "steps_ok": not missed,
         "missed": missed,
-        "path_ok": total <= path_limit,
+        "path_ok": total <= path_limit and None not in seconds.values(),
     }
 
 
@@ -268,12 +273,12 @@ def published(stdout: str) -> str | None:
 
 
 def run_dataset(name: str, work: Path, steps: list[str], serve_s: float, timeout_s: float,
-                overrides: dict[str, list[str]]) -> tuple[dict[str, float], float | None]:  # fmt: skip
+                overrides: dict[str, list[str]]) -> tuple[dict[str, float | None], float | None]:  # fmt: skip
     """Run ``steps`` on dataset ``name`` (``overrides``: extra arguments per step); prints one
-    JSON line per step; ``{step: seconds}`` of the steps that succeeded, and policy training's
-    seconds per update."""
+    JSON line per step; ``{step: seconds}`` (``None`` where the step failed or was skipped), and
+    policy training's seconds per update."""
     work.mkdir(parents=True, exist_ok=True)
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float | None] = {}
     spu: float | None = None
     version: str | None = None
     failed = False
@@ -281,6 +286,7 @@ def run_dataset(name: str, work: Path, steps: list[str], serve_s: float, timeout
         base = {"bench": "scale_e2e", "data": name, "step": step}
         if failed:
             print(json.dumps({**base, "skipped": "an earlier step failed"}), flush=True)
+            seconds[step] = None
             continue
         load0 = loadavg()
         if step == "serve":
@@ -301,6 +307,7 @@ def run_dataset(name: str, work: Path, steps: list[str], serve_s: float, timeout
         if res.rc != 0:
             line["stderr_tail"] = res.stderr_tail
             failed = step in ("data", "reward", "policy", "serve", "served_ingest")
+            seconds[step] = None
         else:
             seconds[step] = res.seconds
         print(json.dumps(line), flush=True)

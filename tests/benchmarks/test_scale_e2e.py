@@ -22,12 +22,19 @@ def test_growth_skips_steps_without_a_positive_small_time():
     assert growth({"policy": None, "data": 0.0}, {"policy": 3.0, "data": 1.0}) == {}
 
 
+def test_growth_of_a_step_that_failed_at_the_larger_size_is_a_miss():
+    assert growth({"eval": 4.0}, {"eval": None}) == {"eval": {"ratio": None, "ok": False}}
+
+
 def test_path_targets_exempt_policy_and_total():
     # reward over 300 s misses; policy over 300 s is exempt but counts in the total 310+400+100 = 810
     t = path_targets({"reward": 310.0, "policy": 400.0, "eval": 100.0})
     assert t == {"total_s": 810.0, "steps_ok": False, "missed": ["reward"], "path_ok": True}
     t = path_targets({"reward": 300.0, "policy": 800.0, "eval": 100.5})
     assert t == {"total_s": 1200.5, "steps_ok": True, "missed": [], "path_ok": False}
+    # a failed step has no time: a miss of both targets, the total counts the others
+    t = path_targets({"reward": 100.0, "ope": None})
+    assert t == {"total_s": 100.0, "steps_ok": False, "missed": ["ope"], "path_ok": False}
 
 
 def test_seconds_per_update_median_after_the_first(tmp_path: Path):
