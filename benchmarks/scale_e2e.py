@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +147,44 @@ def path_targets(seconds: dict[str, float | None], step_limit: float = STEP_LIMI
         "missed": missed,
         "path_ok": total <= path_limit and None not in seconds.values(),
     }
+
+
+def collect(lines: Iterable[dict]) -> tuple[dict[str, dict[str, float | None]], dict[str, float | None]]:
+    """This benchmark's step lines -> ``{dataset: {step: seconds}}`` (``None``: failed or
+    skipped) and ``{dataset: policy seconds per update}``. A later line of the same dataset and
+    step replaces an earlier one (a re-run of that step)."""
+    seconds: dict[str, dict[str, float | None]] = {}
+    per_update: dict[str, float | None] = {}
+    for x in lines:
+        if x.get("bench") != "scale_e2e" or "step" not in x:
+            continue
+        ok = x.get("rc") == 0
+        seconds.setdefault(x["data"], {})[x["step"]] = x["seconds"] if ok else None
+        if x["step"] == "policy":
+            per_update[x["data"]] = x.get("s_per_update") if ok else None
+    return seconds, per_update
+
+
+def summary_lines(
+    seconds: dict[str, dict[str, float | None]], per_update: dict[str, float | None]
+) -> list[dict]:
+    """One ``dataset`` line per dataset (total seconds; Amazon Beauty: its targets) and, with two
+    or more synthetic sizes, a ``growth`` line from the smallest to the largest."""
+    out = []
+    for name, secs in seconds.items():
+        t = path_targets(secs)
+        out.append({"bench": "scale_e2e", "what": "dataset", "data": name,
+                    **(t if name == "beauty" else {"total_s": t["total_s"]})})  # fmt: skip
+    sizes = sorted((synth_users(n), n) for n in seconds if synth_users(n))
+    if len(sizes) >= 2:
+        (u0, small), (u1, large) = sizes[0], sizes[-1]
+        spu = growth(
+            {"policy": per_update.get(small)}, {"policy": per_update[large]} if large in per_update else {}
+        )
+        out.append({"bench": "scale_e2e", "what": "growth", "small": small, "large": large,
+                    "users_ratio": u1 / u0, "steps": growth(seconds[small], seconds[large]),
+                    "policy_s_per_update": spu.get("policy")})  # fmt: skip
+    return out
 
 
 def free_port() -> int:
@@ -326,10 +365,17 @@ def main() -> None:
     ap.add_argument("--step-timeout", type=float, default=3600.0, help="kill a step past this many seconds")
     ap.add_argument("--reward-overrides", default="", help="space-separated, e.g. 'stage1.enabled=false'")
     ap.add_argument("--policy-overrides", default="", help="space-separated, e.g. 'train.updates=2'")
+    ap.add_argument("--summarise", nargs="+", type=Path, metavar="JSONL",
+                    help="print the dataset and growth lines of earlier runs' output (nothing is run)")  # fmt: skip
     ap.add_argument("--traffic", nargs=3, metavar=("URL", "DATA", "SECONDS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.traffic:
         traffic_main(args.traffic[0], Path(args.traffic[1]), float(args.traffic[2]))
+        return
+    if args.summarise:
+        lines = [json.loads(x) for f in args.summarise for x in f.read_text().splitlines() if x.strip()]
+        for line in summary_lines(*collect(lines)):
+            print(json.dumps(line), flush=True)
         return
     if args.workdir is None:
         ap.error("give --workdir DIR")
@@ -342,7 +388,7 @@ def main() -> None:
     start = {"bench": "scale_e2e", "what": "start", "loadavg": loadavg(), "cpus": os.cpu_count(),
              "parent_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}  # fmt: skip
     print(json.dumps(start), flush=True)
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, float | None]] = {}
     per_update: dict[str, float | None] = {}
     for name in [d for d in args.datasets.split(",") if d]:
         if name != "beauty" and synth_users(name) is None:
@@ -351,21 +397,11 @@ def main() -> None:
         if "data" in steps and work.exists() and any(work.iterdir()):
             ap.error(f"{work} is not empty: give a fresh --workdir (the path starts from nothing)")
         overrides = {"reward": args.reward_overrides.split(), "policy": args.policy_overrides.split()}
-        seconds, spu = run_dataset(name, work, steps, args.serve_seconds, args.step_timeout, overrides)
-        results[name], per_update[name] = seconds, spu
-        line = {"bench": "scale_e2e", "what": "dataset", "data": name, **path_targets(seconds),
-                "loadavg": loadavg()}  # fmt: skip
-        if name != "beauty":
-            line = {k: v for k, v in line.items() if k not in ("steps_ok", "missed", "path_ok")}
-        print(json.dumps(line), flush=True)
-    sizes = sorted((synth_users(n), n) for n in results if synth_users(n))
-    if len(sizes) >= 2:
-        (u0, small), (u1, large) = sizes[0], sizes[-1]
-        print(json.dumps({"bench": "scale_e2e", "what": "growth", "small": small, "large": large,
-                          "users_ratio": u1 / u0, "steps": growth(results[small], results[large]),
-                          "policy_s_per_update": growth({"policy": per_update[small]},
-                                                        {"policy": per_update[large]}).get("policy"),
-                          "loadavg": loadavg()}), flush=True)  # fmt: skip
+        results[name], per_update[name] = run_dataset(
+            name, work, steps, args.serve_seconds, args.step_timeout, overrides
+        )
+    for line in summary_lines(results, per_update):
+        print(json.dumps({**line, "loadavg": loadavg()}), flush=True)
 
 
 if __name__ == "__main__":

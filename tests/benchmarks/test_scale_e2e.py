@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.scale_e2e import growth, path_targets, published, seconds_per_update, synth_users
+from benchmarks.scale_e2e import (
+    collect,
+    growth,
+    path_targets,
+    published,
+    seconds_per_update,
+    summary_lines,
+    synth_users,
+)
 
 
 def test_growth_ratio_and_limit():
@@ -50,3 +58,36 @@ def test_published_and_synth_users():
     assert published("no version here") is None
     assert synth_users("synth50k") == 50_000
     assert synth_users("beauty") is None
+
+
+def _step(data: str, step: str, seconds: float, rc: int = 0, **kw) -> dict:
+    return {"bench": "scale_e2e", "data": data, "step": step, "seconds": seconds, "rc": rc, **kw}
+
+
+def test_collect_and_summary_lines_from_separate_runs():
+    lines = [
+        {"bench": "scale_e2e", "what": "start", "loadavg": [1.0, 1.0, 1.0]},
+        _step("synth10k", "data", 2.0),
+        _step("synth10k", "policy", 100.0, s_per_update=1.5),
+        _step("synth50k", "data", 12.0),
+        _step("synth50k", "policy", 120.0, s_per_update=1.8),
+        {"bench": "scale_e2e", "data": "synth50k", "step": "eval", "skipped": "an earlier step failed"},
+        _step("beauty", "ope", 5.0, rc=1),
+        _step("beauty", "ope", 90.0),  # a re-run of the failed step replaces it
+        _step("beauty", "reward", 301.0),
+        {"bench": "other", "data": "beauty", "step": "eval", "seconds": 1.0, "rc": 0},
+    ]
+    seconds, per_update = collect(lines)
+    assert seconds == {
+        "synth10k": {"data": 2.0, "policy": 100.0},
+        "synth50k": {"data": 12.0, "policy": 120.0, "eval": None},
+        "beauty": {"ope": 90.0, "reward": 301.0},
+    }
+    assert per_update == {"synth10k": 1.5, "synth50k": 1.8}
+    s10, s50, beauty, grow = summary_lines(seconds, per_update)
+    assert beauty == {"bench": "scale_e2e", "what": "dataset", "data": "beauty", "total_s": 391.0,
+                      "steps_ok": False, "missed": ["reward"], "path_ok": True}  # fmt: skip
+    assert (s10["total_s"], s50["total_s"]) == (102.0, 132.0)
+    assert grow["users_ratio"] == 5.0
+    assert grow["steps"] == {"data": {"ratio": 6.0, "ok": False}, "policy": {"ratio": 1.2, "ok": True}}
+    assert grow["policy_s_per_update"] == {"ratio": 1.2, "ok": True}
