@@ -90,4 +90,5 @@ def test_collect_and_summary_lines_from_separate_runs():
     assert (s10["total_s"], s50["total_s"]) == (102.0, 132.0)
     assert grow["users_ratio"] == 5.0
     assert grow["steps"] == {"data": {"ratio": 6.0, "ok": False}, "policy": {"ratio": 1.2, "ok": True}}
-    assert grow["policy_s_per_update"] == {"ratio": 1.2, "ok": True}
+    assert grow["policy_s_per_update"] == [1.5, 1.8]
+    assert grow["policy_s_per_update_ratio"] == 1.2
