@@ -34,6 +34,7 @@ after it that need its output are skipped.
 
     nice -n 10 .venv/bin/python benchmarks/scale_e2e.py --workdir /tmp/se2e --datasets beauty
     nice -n 10 .venv/bin/python benchmarks/scale_e2e.py --workdir /tmp/se2e --datasets synth10k,synth50k
+    .venv/bin/python benchmarks/scale_e2e.py --summarise beauty.jsonl synth10k.jsonl synth50k.jsonl
 """
 
 from __future__ import annotations
