@@ -203,7 +203,8 @@ class Registry:
         """The folder of ``version`` of ``kind`` (default ``production``).
 
         ``version`` is a full name, a pointer (``latest``, ``production`` or an alias
-        such as ``staging``), or a publish number (``3`` or ``v000003``).
+        such as ``staging``), or a publish number (``3`` or ``v000003``), each optionally
+        prefixed ``<kind>/`` (the label ``parpo ... train`` prints as ``published <label>``).
         """
         kdir = self.kind_dir(kind)
         names = self._names(kind)
@@ -212,7 +213,7 @@ class Registry:
                 raise RegistryError(f"{self.root} is a file, not a registry folder (REG/<kind>/<version>/)")
             where = "no registry here" if not self.root.exists() else f"no {kind} versions yet"
             raise RegistryError(f"{self.root}: {where}; train and publish a {kind} model first")
-        version = version or "production"
+        version = (version or "production").removeprefix(f"{kind}/")
         is_pointer = version in RESERVED or (is_alias_name(version) and pointers.path(kdir, version).exists())
         if is_pointer:
             ptr = pointers.read(kdir, version)

@@ -50,6 +50,11 @@ def test_resolve_names_numbers_and_aliases(reg: Registry):
     assert reg.resolve("reward", v2).name == v2
     assert reg.resolve("reward", "2").name == v2
     assert reg.resolve("reward", "v000001").name == v1
+    # the label a train command prints (`published reward/<name>`) names the version too
+    assert reg.resolve("reward", f"reward/{v2}").name == v2
+    assert reg.resolve("reward", "reward/production").name == v1
+    with pytest.raises(RegistryError, match=rf"no version 'policy/{v2}'"):
+        reg.resolve("reward", f"policy/{v2}")
     with pytest.raises(RegistryError, match=rf"no version 'v000005' in .*; nearby: {v2}, {v1}"):
         reg.resolve("reward", "v000005")
     with pytest.raises(RegistryError, match="no version 'best'"):
