@@ -104,10 +104,8 @@ class PolicyBundle:
 
     @cached_property
     def personal(self) -> PersonalTables:
-        """The reward model's per-user tables for the ``personal`` search, cached across batches:
-        the native policy's own (its features read the same tables), else new ones."""
-        feat = getattr(self.policy, "featurizer", None)  # backends without one (an LLM) have none
-        return feat.tables if feat is not None else PersonalTables(self.reward_model, self.catalogue)
+        """The reward model's per-user tables, for the ``personal`` search (cached across batches)."""
+        return PersonalTables(self.reward_model, self.catalogue)
 
     def agent(self, temperature: float, seed: int = 0) -> PolicyAgent:
         """Greedy at ``temperature`` <= 0, else sampling at ``temperature`` from a generator seeded

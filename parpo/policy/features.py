@@ -42,16 +42,14 @@ class Featurizer:
         max_candidates: int,
         max_k: int,
         personal: bool = False,
-        tables: PersonalTables | None = None,
     ) -> None:
-        """``tables``: the environment's, when it has them (one cache for the search and the features)."""
         self.reward_model, self.catalogue = reward_model, catalogue
         self.max_candidates, self.max_k, self.personal = max_candidates, max_k, personal
         self.features = (*FEATURES, *(PERSONAL_FEATURES if personal else ()))
         self._users: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
             USER_CACHE_LIMIT
         )
-        self.tables = tables if tables is not None else PersonalTables(reward_model, catalogue)
+        self._personal = PersonalTables(reward_model, catalogue)
         price = np.nan_to_num(catalogue.price, nan=0.0)
         self._max_price = float(price.max(initial=0.0))
         self._log_max_price = float(np.log1p(self._max_price)) or 1.0
@@ -75,7 +73,7 @@ class Featurizer:
 
     def personal_tables(self, observations: Sequence[Observation]) -> list[np.ndarray]:
         """[n_items, 4] ``PERSONAL_FEATURES`` per observation; warm users' tables are cached."""
-        return self.tables.lookup([(o.task.user_id, o.task.profile) for o in observations])
+        return self._personal.lookup([(o.task.user_id, o.task.profile) for o in observations])
 
     def encode(self, observations: Sequence[Observation]) -> dict[str, Tensor]:
         b, n, f = len(observations), self.max_candidates, len(self.features)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
-from parpo.env.personal import PERSONAL_FEATURES, PersonalTables
+from parpo.env.personal import PERSONAL_FEATURES
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import ACTION_SCHEMA_VERSION, STRATEGIES_BY_VERSION
 from parpo.policy.base import ActOutput
@@ -232,11 +232,8 @@ class NativePolicy:
         catalogue: Catalogue,
         search_k: int,
         action_schema_version: int = ACTION_SCHEMA_VERSION,
-        tables: PersonalTables | None = None,
     ) -> NativePolicy:
-        feat = Featurizer(
-            reward_model, catalogue, cfg.max_candidates, cfg.max_k, cfg.personal_features, tables
-        )
+        feat = Featurizer(reward_model, catalogue, cfg.max_candidates, cfg.max_k, cfg.personal_features)
         return cls(NativeNet(cfg, feat.user_dim, len(catalogue), action_schema_version), feat, search_k)
 
     @property

@@ -110,9 +110,7 @@ class PolicyTrainer:
         rank, world = fabric.global_rank, fabric.world_size
         seed = cfg.runtime.seed
         torch.manual_seed(seed)  # identical initial weights on every rank
-        policy = NativePolicy.create(
-            cfg.policy, src.reward_model, src.catalogue, cfg.env.search_k, tables=src.personal
-        )
+        policy = NativePolicy.create(cfg.policy, src.reward_model, src.catalogue, cfg.env.search_k)
         module = fabric.setup_module(policy.net)
         optimizers = fabric.setup_optimizers(*build_optimizers(policy.net, cfg.optim))
         optimizers = list(optimizers) if isinstance(optimizers, tuple) else [optimizers]

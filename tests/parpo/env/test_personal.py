@@ -44,15 +44,3 @@ def test_personal_search_ranks_by_the_users_interest_and_needs_the_tables():
     assert (
         o.candidate_ids == [] and o.history[-1].error == "the personal strategy needs a reward model's scores"
     )
-
-
-def test_the_policy_and_the_environment_share_one_cache(source):
-    """Training passes the environment's tables to the native featurizer, and a bundle hands
-    the policy's to its environment: each user's table is computed once."""
-    from parpo.policy.config import NativePolicyConfig
-    from parpo.policy.native import NativePolicy
-
-    policy = NativePolicy.create(
-        NativePolicyConfig(), source.reward_model, source.catalogue, 10, tables=source.personal
-    )
-    assert policy.featurizer.tables is source.personal is source.env().personal
