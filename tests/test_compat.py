@@ -74,7 +74,6 @@ def test_old_policy_version_acts(old: Path) -> None:
     assert not bundle.policy.net.cfg.personal_features
     assert bundle.policy.net.action_schema_version == 1
     assert bundle.policy.net.strategy_head.out_features == 5
-    assert bundle.env.preference_scope == "slate"  # the reward rule it was trained under
     user = sorted(bundle.reward_model.user_index)[0]
     per_task, _ = bundle.rollout(bundle.agent(0.0), [bundle.task("r1", user, Request(), k=5)])
     (slate,) = per_task["slate"].to_list()

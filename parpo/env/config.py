@@ -78,11 +78,10 @@ class EnvConfig(StrictModel):
     tasks: TaskConfig = TaskConfig()
     seed: int = Field(0, description="seeds the baselines' random choices")
     preference_scope: Literal["slate", "satisfying"] = Field(
-        "satisfying",
-        description="'satisfying': items that do not meet the request (category, constraints) are worth 0 "
-        "to the user, so ignoring the request to reach liked items earns no preference (with the "
-        "personal search, 'slate' let policies trade task quality for preference); 'slate': the "
-        "preference reward scores the whole slate (policies saved before this key: their rule)",
+        "slate",
+        description="'slate': the preference reward scores the whole slate; 'satisfying': items that do not "
+        "meet the request (category, constraints) are worth 0 to the user, so ignoring the request to "
+        "reach liked items earns no preference",
     )
 
     @model_validator(mode="after")

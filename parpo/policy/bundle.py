@@ -77,8 +77,7 @@ class PolicyBundle:
         rm = RewardModel.load(rv.path, verify=False)  # just verified by open()
         catalogue = Catalogue.read(v.file(CATALOGUE))
         policy = policy_class(v.metadata).load(v.path / POLICY_DIR, rm, catalogue)
-        # A policy saved before ``preference_scope`` existed was trained and evaluated on whole slates.
-        env = EnvConfig.model_validate({"preference_scope": "slate", **(v.config or {}).get("env", {})})
+        env = EnvConfig.model_validate((v.config or {}).get("env", {}))
         return cls(policy, rm, catalogue, v, rv.name, env)
 
     def task(

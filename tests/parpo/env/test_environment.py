@@ -15,7 +15,7 @@ from parpo.env.catalogue import FEATURES
 from parpo.env.schema import action_to_json
 from tests.plugins.envs import HandReward, hand_catalogue
 
-CFG = EnvConfig(k=3, max_steps=4, preference_scope="slate")  # the hand values score whole slates
+CFG = EnvConfig(k=3, max_steps=4)
 REQ = Request(category="a", constraints=Constraints(price_max=25))
 SEARCH = Search(category="a", constraints=REQ.constraints, k=10)
 
