@@ -69,11 +69,8 @@ def test_old_reward_version_scores(old: Path) -> None:
 
 def test_old_policy_version_acts(old: Path) -> None:
     bundle = PolicyBundle.load(old / "registry")
-    # Saved before personal features existed: it keeps acting on the catalogue features only;
-    # and before the personal strategy (action schema 1): its heads keep their five strategies.
+    # Saved before personal features existed: it keeps acting on the catalogue features only.
     assert not bundle.policy.net.cfg.personal_features
-    assert bundle.policy.net.action_schema_version == 1
-    assert bundle.policy.net.strategy_head.out_features == 5
     user = sorted(bundle.reward_model.user_index)[0]
     per_task, _ = bundle.rollout(bundle.agent(0.0), [bundle.task("r1", user, Request(), k=5)])
     (slate,) = per_task["slate"].to_list()

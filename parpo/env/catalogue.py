@@ -153,15 +153,12 @@ class Catalogue:
         return m
 
     # -- search ------------------------------------------------------------------------
-    def search(
-        self, action: Search, k: int, allowed: np.ndarray | None = None, personal: np.ndarray | None = None
-    ) -> np.ndarray:
+    def search(self, action: Search, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
         """Rows of the top ``k`` items for ``action`` (best first), among ``allowed`` when given.
 
         Ranking keys, then popularity (descending), then row (ascending) break ties:
         popularity, recency (newest first), price_asc / price_desc (unknown prices last),
-        attribute_match (overlap with ``action.attributes``, most first), personal (``personal``
-        [n_items], the user's reward-model interest percentile per row, highest first).
+        attribute_match (overlap with ``action.attributes``, most first).
         """
         m = self.mask(action.category, action.constraints)
         if allowed is not None:
@@ -175,10 +172,6 @@ class Catalogue:
             keys = (rows, pop)
         elif s == "recency":
             keys = (rows, pop, -self.recency[rows])
-        elif s == "personal":
-            if personal is None:
-                raise ValueError("the personal strategy needs the user's reward-model scores")
-            keys = (rows, pop, -personal[rows])
         elif s in ("price_asc", "price_desc"):
             p = self.price[rows]
             p = np.where(np.isnan(p), np.inf, p if s == "price_asc" else -p)

@@ -6,8 +6,6 @@ agent and every algorithm); the trainer's advantage weights live in the algorith
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from parpo.env.schema import MAX_ITEMS
@@ -77,12 +75,6 @@ class EnvConfig(StrictModel):
     )
     tasks: TaskConfig = TaskConfig()
     seed: int = Field(0, description="seeds the baselines' random choices")
-    preference_scope: Literal["slate", "satisfying"] = Field(
-        "slate",
-        description="'slate': the preference reward scores the whole slate; 'satisfying': items that do not "
-        "meet the request (category, constraints) are worth 0 to the user, so ignoring the request to "
-        "reach liked items earns no preference",
-    )
 
     @model_validator(mode="after")
     def _weights(self) -> EnvConfig:

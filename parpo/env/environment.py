@@ -31,7 +31,6 @@ from parpo.env.cache import BoundedCache
 from parpo.env.catalogue import Catalogue, RequestView
 from parpo.env.config import TASK_COMPONENTS, EnvConfig
 from parpo.env.observation import Call, Observation
-from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import PreferenceModel
 from parpo.env.schema import ActionError, Filter, Recommend, Search, parse_action
 from parpo.env.tasks import Task
@@ -74,10 +73,8 @@ class BatchEnv:
         *,
         true_interest: TrueInterest | None = None,
         preference_transform: PreferenceTransform | None = None,
-        personal: PersonalTables | None = None,
     ) -> None:
         self.catalogue, self.reward_model = catalogue, reward_model
-        self.personal = personal  # the ``personal`` search strategy's ranking (None: not offered)
         self.cfg = cfg or EnvConfig()
         self.true_interest = true_interest
         self.preference_transform = preference_transform
@@ -167,13 +164,7 @@ class BatchEnv:
             if a.category is not None and a.category not in c.category_code:
                 e.history.append(Call(a, False, f"unknown category {a.category!r}"))
                 return None
-            ranking = None
-            if a.strategy == "personal":
-                if self.personal is None:
-                    e.history.append(Call(a, False, "the personal strategy needs a reward model's scores"))
-                    return None
-                ranking = self.personal.lookup([(e.task.user_id, e.task.profile)])[0][:, 0]
-            e.candidates = c.search(a, min(a.k, self.cfg.search_k), e.allowed, ranking)
+            e.candidates = c.search(a, min(a.k, self.cfg.search_k), e.allowed)
             e.surfaced.update(e.candidates.tolist())
         elif isinstance(a, Filter):
             if not any(h.valid and isinstance(h.action, Search) for h in e.history):
@@ -221,14 +212,7 @@ class BatchEnv:
         infos: list[dict[str, Any]],
     ) -> None:
         c, cfg = self.catalogue, self.cfg
-        if cfg.preference_scope == "satisfying":  # an item the user did not ask for is worth 0 to them
-            scored = {i: self._satisfying(i, slates[i][0]) for i in ended if i in slates}
-            pref = self._preference(
-                [i for i in scored if scored[i][0]], {i: (s, {}) for i, (s, _) in scored.items()}
-            )
-            pref = {i: pref.get(i, 0.0) * share for i, (_, share) in scored.items()}
-        else:
-            pref = self._preference([i for i in ended if i in slates], slates)
+        pref = self._preference([i for i in ended if i in slates], slates)
         for i in ended:
             e = self.episodes[i]
             calls = e.history
@@ -263,13 +247,6 @@ class BatchEnv:
             users = [self.episodes[i].task.user_id for i in idx]
             rewards["preference"][idx] = self.preference_transform(users, rewards["preference"][idx])
         self._report(ended, slates, rewards, infos)
-
-    def _satisfying(self, i: int, slate: list[str]) -> tuple[list[str], float]:
-        """The items of episode ``i``'s slate that meet its request, and their share of the slate."""
-        if not slate:
-            return [], 0.0
-        ok = self.episodes[i].view.satisfies[self.catalogue.rows(slate)]
-        return [s for s, o in zip(slate, ok.tolist(), strict=True) if o], float(ok.mean())
 
     def _preference(
         self, idx: list[int], slates: dict[int, tuple[list[str], dict[str, Any]]]

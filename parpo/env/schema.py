@@ -19,21 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from parpo_core.errors import UserError
 from parpo_core.limits import PRICE_MAX
 
-#: Bumped whenever an action, a field or a strategy is added, changes meaning or is removed
-#: (2: the ``personal`` strategy).
-ACTION_SCHEMA_VERSION = 2
+#: Bumped whenever an action, a field or a strategy changes meaning or is removed.
+ACTION_SCHEMA_VERSION = 1
 #: Largest slate ``recommend`` may carry and largest candidate list ``search`` may ask for.
 MAX_ITEMS = 100
 
-#: What a search can rank by, per action schema version: catalogue signals, and since version 2
-#: ``personal``, the reward model's interest for the task's user. A version only appends, so a
-#: strategy's index never moves (policies of an earlier version keep their heads).
-STRATEGIES_BY_VERSION: dict[int, tuple[str, ...]] = {
-    1: ("popularity", "recency", "price_asc", "price_desc", "attribute_match"),
-    2: ("popularity", "recency", "price_asc", "price_desc", "attribute_match", "personal"),
-}
-STRATEGIES: tuple[str, ...] = STRATEGIES_BY_VERSION[ACTION_SCHEMA_VERSION]
-Strategy = Literal["popularity", "recency", "price_asc", "price_desc", "attribute_match", "personal"]
+#: Catalogue signals a search can rank by (never reward-model scores).
+STRATEGIES: tuple[str, ...] = ("popularity", "recency", "price_asc", "price_desc", "attribute_match")
+Strategy = Literal["popularity", "recency", "price_asc", "price_desc", "attribute_match"]
 
 
 class ActionError(UserError, ValueError):
@@ -86,9 +79,8 @@ class _Action(_Model):
 
 
 class Search(_Action):
-    """Rank the catalogue (optionally one category) by a catalogue signal or, with ``personal``,
-    by the reward model's interest for this user; keep the top ``k`` items that satisfy
-    ``constraints``. Replaces the current candidate list."""
+    """Rank the catalogue (optionally one category) by a catalogue signal; keep the top ``k``
+    items that satisfy ``constraints``. Replaces the current candidate list."""
 
     tool: Literal["search"] = "search"
     category: str | None = Field(None, description="only items of this category (null: all)")

@@ -12,7 +12,6 @@ rule), so the reward model never saw an evaluation task.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from data_pipelines.splits import PositivesRule, Split, load_split
 from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
 from parpo.env.environment import BatchEnv, PreferenceTransform
-from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.env.tasks import Task, make_tasks
 from parpo_core.errors import DataError
@@ -91,13 +89,7 @@ class EnvSource:
             self.cfg,
             true_interest=None if self.truth is None else self.truth.interest,
             preference_transform=preference_transform,
-            personal=self.personal,
         )
-
-    @cached_property
-    def personal(self) -> PersonalTables:
-        """The reward model's per-user tables, for the ``personal`` search (shared by every env)."""
-        return PersonalTables(self.reward_model, self.catalogue)
 
 
 def _truth(ds: Dataset) -> Any:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from parpo.env.catalogue import Catalogue
 from parpo.env.config import EnvConfig
 from parpo.env.environment import BatchEnv
 from parpo.env.evaluate import run_episodes
-from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Request
 from parpo.env.tasks import Task
@@ -101,11 +99,6 @@ class PolicyBundle:
             k=k,
         )
 
-    @cached_property
-    def personal(self) -> PersonalTables:
-        """The reward model's per-user tables, for the ``personal`` search (cached across batches)."""
-        return PersonalTables(self.reward_model, self.catalogue)
-
     def agent(self, temperature: float, seed: int = 0) -> PolicyAgent:
         """Greedy at ``temperature`` <= 0, else sampling at ``temperature`` from a generator seeded
         with ``seed``; the network is shared, only the temperature differs."""
@@ -118,5 +111,5 @@ class PolicyBundle:
     def rollout(self, agent: PolicyAgent, tasks: Sequence[Task]) -> tuple[pl.DataFrame, BatchEnv]:
         """One episode per task in one batch: ``run_episodes``' rows (plan, slate, task rewards;
         ``preference`` is 0, not computed) and the env, whose ``episodes`` hold each plan's calls."""
-        env = BatchEnv(self.catalogue, _NoReward(), self.env, personal=self.personal)
+        env = BatchEnv(self.catalogue, _NoReward(), self.env)
         return run_episodes(env, agent, tasks, batch_size=max(len(tasks), 1)), env

@@ -28,12 +28,11 @@ from torch import Tensor, nn
 
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
-from parpo.env.personal import PERSONAL_FEATURES
 from parpo.env.reward_model import RewardModel
-from parpo.env.schema import ACTION_SCHEMA_VERSION, STRATEGIES_BY_VERSION
+from parpo.env.schema import STRATEGIES
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
-from parpo.policy.features import HISTORY, N_REQUEST, Featurizer
+from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
 from parpo.policy.tokens import (
     CONSTRAIN,
     HEAD,
@@ -41,10 +40,10 @@ from parpo.policy.tokens import (
     RECOMMEND,
     SCOPE,
     SEARCH,
+    SIGNATURES,
     STRATEGY,
     TOOL,
     decode,
-    signatures,
 )
 
 MAX_STEP_EMBED = 64
@@ -67,25 +66,16 @@ def _entropy(logp: Tensor) -> Tensor:
 class NativeNet(nn.Module):
     """``forward(inputs, tokens) -> logp [B, T], entropy [B, T], mask [B, T]`` (see ``tokens``)."""
 
-    def __init__(
-        self,
-        cfg: NativePolicyConfig,
-        user_dim: int,
-        n_items: int,
-        action_schema_version: int = ACTION_SCHEMA_VERSION,
-    ) -> None:
+    def __init__(self, cfg: NativePolicyConfig, user_dim: int, n_items: int) -> None:
         super().__init__()
         if cfg.dim % cfg.heads:
             raise ValueError(f"policy.dim ({cfg.dim}) must be divisible by policy.heads ({cfg.heads})")
         d = cfg.dim
         self.cfg, self.user_dim, self.n_items = cfg, user_dim, n_items
-        # The strategies (and history tokens) of the action schema the policy was made under.
-        self.action_schema_version = action_schema_version
-        strategies = STRATEGIES_BY_VERSION[action_schema_version]
         self.user = nn.Linear(user_dim, d)
         self.request = nn.Linear(N_REQUEST, d)
         self.step = nn.Embedding(MAX_STEP_EMBED, d)
-        self.call = nn.Embedding(len(signatures(strategies)) + 1, d, padding_idx=0)
+        self.call = nn.Embedding(len(SIGNATURES) + 1, d, padding_idx=0)
         self.call_pos = nn.Embedding(HISTORY, d)
         self.cand = nn.Linear(len(FEATURES) + (len(PERSONAL_FEATURES) if cfg.personal_features else 0), d)
         self.item = nn.Embedding(n_items, d) if cfg.item_embeddings else None
@@ -99,7 +89,7 @@ class NativeNet(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.tool_head = nn.Linear(d, N_TOOLS)
-        self.strategy_head = nn.Linear(d, len(strategies))
+        self.strategy_head = nn.Linear(d, len(STRATEGIES))
         self.scope_head = nn.Linear(d, 2)
         self.constrain_head = nn.Linear(d, 2)
         self.query, self.key = nn.Linear(d, d), nn.Linear(d, d)
@@ -226,15 +216,10 @@ class NativePolicy:
 
     @classmethod
     def create(
-        cls,
-        cfg: NativePolicyConfig,
-        reward_model: RewardModel,
-        catalogue: Catalogue,
-        search_k: int,
-        action_schema_version: int = ACTION_SCHEMA_VERSION,
+        cls, cfg: NativePolicyConfig, reward_model: RewardModel, catalogue: Catalogue, search_k: int
     ) -> NativePolicy:
         feat = Featurizer(reward_model, catalogue, cfg.max_candidates, cfg.max_k, cfg.personal_features)
-        return cls(NativeNet(cfg, feat.user_dim, len(catalogue), action_schema_version), feat, search_k)
+        return cls(NativeNet(cfg, feat.user_dim, len(catalogue)), feat, search_k)
 
     @property
     def device(self) -> torch.device:
@@ -294,7 +279,6 @@ class NativePolicy:
             "n_items": self.net.n_items,
             "features": list(self.featurizer.features),
             "search_k": self.search_k,
-            "action_schema_version": self.net.action_schema_version,
         }
         (d / META).write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -309,13 +293,7 @@ class NativePolicy:
         expected = [*FEATURES, *(PERSONAL_FEATURES if cfg.personal_features else ())]
         if meta.get("features") != expected:
             raise ValueError(f"{d}: policy was trained with candidate features {meta.get('features')}")
-        # Saved before the field existed: action schema 1 (five strategies).
-        version = int(meta.get("action_schema_version", 1))
-        if version not in STRATEGIES_BY_VERSION:
-            raise ValueError(
-                f"{d}: policy uses action schema {version}; this parpo knows up to {ACTION_SCHEMA_VERSION}"
-            )
-        policy = cls.create(cfg, reward_model, catalogue, int(meta["search_k"]), version)
+        policy = cls.create(cfg, reward_model, catalogue, int(meta["search_k"]))
         if policy.net.user_dim != meta["user_dim"] or policy.net.n_items != meta["n_items"]:
             raise ValueError(
                 f"{d}: policy expects {meta['n_items']} items and user vectors of size {meta['user_dim']}, "

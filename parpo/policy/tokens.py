@@ -6,8 +6,7 @@ Slots of a step (``T = HEAD + max_k``):
 slot  name        values
 ====  ==========  ===========================================================
 0     tool        0 search, 1 filter, 2 recommend
-1     strategy    index into ``parpo.env.schema.STRATEGIES`` (search only; a policy of an
-                  earlier action schema version has the head of its version's strategies)
+1     strategy    index into ``parpo.env.schema.STRATEGIES`` (search only)
 2     scope       0 the request's category, 1 the whole catalogue (search only)
 3     constrain   0 none, 1 the request's constraints (search only)
 4..   pointer j   index into the current candidate list (recommend only)
@@ -27,27 +26,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from parpo.env.observation import Call, Observation
-from parpo.env.schema import STRATEGIES, STRATEGIES_BY_VERSION, Filter, Recommend, Search
+from parpo.env.schema import STRATEGIES, Filter, Recommend, Search
 
 TOOL, STRATEGY, SCOPE, CONSTRAIN, HEAD = 0, 1, 2, 3, 4
 SEARCH, FILTER, RECOMMEND = 0, 1, 2
 N_TOOLS = 3
 
-
-def signatures(strategies: Sequence[str]) -> tuple[str, ...]:
-    """History tokens (one per kind of past call, ``Call.signature``) of a policy choosing among
-    ``strategies``: version 1's (two searches per strategy, then filter, recommend, invalid),
-    then two per strategy added since, so no token's code ever moves."""
-    first = STRATEGIES_BY_VERSION[1]
-
-    def searches(names: Sequence[str]) -> tuple[str, ...]:
-        return tuple(f"search:{s}{c}" for s in names for c in ("", "+c"))
-
-    return (*searches(first), "filter", "recommend", "invalid", *searches(strategies[len(first) :]))
-
-
-#: Every history token of the current version; code 0 is padding.
-SIGNATURES = signatures(STRATEGIES)
+#: History tokens: one per kind of past call (``Call.signature``); 0 is padding.
+SIGNATURES: tuple[str, ...] = (
+    *(f"search:{s}{c}" for s in STRATEGIES for c in ("", "+c")),
+    "filter",
+    "recommend",
+    "invalid",
+)
 SIGNATURE_CODE = {s: i + 1 for i, s in enumerate(SIGNATURES)}
 
 

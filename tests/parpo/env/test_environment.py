@@ -210,26 +210,3 @@ def test_observation_renders_as_json_without_the_target():
     assert data["history"] == [{"action": action_to_json(SEARCH), "valid": True, "error": None}]
     assert "b1" not in json.dumps(data)
     assert obs.features.shape == (2, len(FEATURES))
-
-
-@pytest.mark.parametrize(
-    ("scope", "slate", "expected"),
-    [
-        ("slate", ["a2", "b1", "a1"], (0.6 + 1.0 + 0.4) / 3),  # every item counts
-        # a1 (30) is over the cap and b1 outside the category: only a2 (0.6) meets the request
-        ("satisfying", ["a2", "b1", "a1"], 0.6 * 1 / 3),
-        ("satisfying", ["b1", "a1"], 0.0),  # nothing asked for: no preference, and no reward call
-        ("satisfying", ["a2", "a0"], (0.6 + 0.2) / 2),
-    ],
-)
-def test_preference_scope(scope, slate, expected):
-    rm = HandReward()
-    e = Environment(hand_catalogue(), rm, EnvConfig(k=3, max_steps=4, preference_scope=scope))
-    e.reset(task())
-    e.step(SEARCH)
-    _, r, term, _, _ = e.step(Recommend(items=slate))
-    assert term and r["preference"] == pytest.approx(expected)
-    scored = [s for _, slates, _ in rm.calls for s in slates]
-    assert scored == (
-        [] if expected == 0.0 else [slate if scope == "slate" else [i for i in slate if i in ("a0", "a2")]]
-    )

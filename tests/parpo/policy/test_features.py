@@ -46,6 +46,18 @@ def test_user_cache_is_bounded_and_keeps_what_the_batch_needs(monkeypatch):
     assert rm.asked[-1] == ["u9"]  # a profiled user is asked again every time
 
 
+def test_personal_table_by_hand():
+    # Scored interest [3, 1, 5] (item 2 unscored): ranks 1, 0, 2 of 3 -> 0.5, 0, 1;
+    # mean 3, population std sqrt(8/3); constant conformity standardises to 0.
+    t = features.personal_table(
+        np.array([3.0, 1.0, 7.0, 5.0]), np.array([2.0, 2.0, 9.0, 2.0]), np.array([True, True, False, True])
+    )
+    z = 2.0 / np.sqrt(8.0 / 3.0)
+    expected = [[0.5, 0.0, 0.0, 1.0], [0.0, -z, 0.0, 1.0], [0.5, 0.0, 0.0, 0.0], [1.0, z, 0.0, 1.0]]
+    np.testing.assert_allclose(t, expected, rtol=1e-6)
+    assert t.dtype == np.float32
+
+
 def test_personal_features_follow_the_candidates_and_the_switch():
     env = BatchEnv(hand_catalogue(), HandUsers(), EnvConfig(k=3, max_steps=3, search_k=6))
     env.reset([Task("t", "u1", Request(), target="a0")])
@@ -67,7 +79,7 @@ def test_personal_tables_in_bounded_calls_are_the_same(monkeypatch):
     env = BatchEnv(hand_catalogue(), HandUsers(), EnvConfig(k=3, max_steps=3, search_k=6))
     obs = env.reset([Task(f"t{u}", u, Request(), target="a0") for u in ("u1", "u2", "u9")])
     one = Featurizer(HandUsers(), hand_catalogue(), 6, 3, personal=True).personal_tables(obs)
-    monkeypatch.setattr("parpo.env.personal.PERSONAL_MAX_PAIRS", 6)  # one user (six items) per call
+    monkeypatch.setattr(features, "PERSONAL_MAX_PAIRS", 6)  # one user (six items) per call
     rm = CountingUsers()
     calls = []
     rm.score = lambda u, i, p=None: calls.append(len(u)) or HandUsers.score(rm, u, i, p)

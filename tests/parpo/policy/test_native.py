@@ -3,7 +3,6 @@ equals sampling, decoding to schema actions, greedy top-k, save/load."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -180,21 +179,3 @@ def test_personal_features_are_saved_and_checked(tmp_path, hand_policy):
     (tmp_path / "p" / "policy.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="trained with candidate features"):
         NativePolicy.load(tmp_path / "p", HandUsers(), hand_catalogue())
-
-
-def test_a_new_policy_chooses_among_every_strategy_and_records_its_action_schema(tmp_path, hand_policy):
-    from parpo.env.schema import ACTION_SCHEMA_VERSION, STRATEGIES, STRATEGIES_BY_VERSION
-    from parpo.policy.tokens import SIGNATURE_CODE, signatures
-
-    assert hand_policy.net.strategy_head.out_features == len(STRATEGIES) and "personal" in STRATEGIES
-    hand_policy.save(tmp_path / "p")
-    assert (
-        json.loads((tmp_path / "p" / "policy.json").read_text())["action_schema_version"]
-        == ACTION_SCHEMA_VERSION
-    )
-    # History codes of version 1's calls never move: a version-1 policy reads its history as before.
-    v1 = signatures(STRATEGIES_BY_VERSION[1])
-    assert v1 == (*(f"search:{s}{c}" for s in STRATEGIES_BY_VERSION[1] for c in ("", "+c")),
-                  "filter", "recommend", "invalid")  # fmt: skip
-    assert [SIGNATURE_CODE[s] for s in v1] == list(range(1, len(v1) + 1))
-    assert SIGNATURE_CODE["search:personal+c"] == len(v1) + 2
