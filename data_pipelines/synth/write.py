@@ -25,7 +25,7 @@ from data_pipelines.dataset import Dataset
 from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
 from data_pipelines.synth.drift import ContinueConfig, continue_world, load_state
-from data_pipelines.synth.generate import generate, generate_logs
+from data_pipelines.synth.generate import SynthData, generate, generate_logs
 from data_pipelines.synth.truth import write_truth
 from parpo_core.durable import atomic_write_with
 from parpo_core.errors import DataError
@@ -67,33 +67,8 @@ def write(
     started = time.perf_counter()
     data = generate(cfg)
     note = f"data_pipelines.synth seed={cfg.seed} config_digest={cfg.digest()}"
-    with tempfile.TemporaryDirectory(prefix="parpo-synth-") as tmp:
-        main = _ingest(
-            data.interactions, Path(tmp) / "interactions.parquet", out, data.items, data.users, note
-        )
-        uniform = _ingest(
-            data.uniform,
-            Path(tmp) / "uniform_test.parquet",
-            out / "uniform_test",
-            data.items,
-            data.users,
-            note,
-            share=Dataset(out),
-        )
-    meta = write_truth(data, out / "truth")
-    note = _splits(out) if splits else "not requested"
-    return {
-        **main,
-        "uniform_test": uniform,
-        "truth": meta["files"],
-        "synth": {
-            "seed": cfg.seed,
-            "config_digest": cfg.digest(),
-            "stats": data.stats,
-            "splits": note,
-            "seconds": round(time.perf_counter() - started, 3),
-        },
-    }
+    synth = {"seed": cfg.seed, "config_digest": cfg.digest(), "stats": data.stats}
+    return _publish(out, data, data.items, data.users, data, note, synth, splits=splits, started=started)
 
 
 def write_continuation(
@@ -124,15 +99,35 @@ def write_continuation(
         f"config_digest={cfg.digest()}"
     )
     _copy_dataset(root, out)
+    items = new.items.filter(~pl.col("item_id").is_in(old_items))  # the side rows this ingest adds
+    users = new.users.filter(~pl.col("user_id").is_in(old_users))
+    synth = {
+        "seed": record["seed"],
+        "config_digest": cfg.digest(),
+        "stats": new.stats,
+        "continuation": record,
+    }
+    return _publish(out, new, items, users, whole, note, synth, splits=splits, started=started)
+
+
+def _publish(
+    out: Path,
+    new: SynthData,
+    items: pl.DataFrame,
+    users: pl.DataFrame,
+    truth: SynthData,
+    note: str,
+    synth: dict[str, Any],
+    *,
+    splits: bool,
+    started: float,
+) -> dict[str, Any]:
+    """Ingest ``new``'s interactions (with the side rows ``items`` and ``users`` they add) into
+    ``out`` and its uniform test into ``out/uniform_test`` (sharing ``out``'s id maps), write
+    ``truth``'s ``truth/`` last, then the splits; returns the summary ``write`` and
+    ``write_continuation`` document (``synth`` completed with the splits note and the seconds)."""
     with tempfile.TemporaryDirectory(prefix="parpo-synth-") as tmp:
-        main = _ingest(
-            new.interactions,
-            Path(tmp) / "interactions.parquet",
-            out,
-            new.items.filter(~pl.col("item_id").is_in(old_items)),
-            new.users.filter(~pl.col("user_id").is_in(old_users)),
-            note,
-        )
+        main = _ingest(new.interactions, Path(tmp) / "interactions.parquet", out, items, users, note)
         uniform = _ingest(
             new.uniform,
             Path(tmp) / "uniform_test.parquet",
@@ -142,21 +137,10 @@ def write_continuation(
             note,
             share=Dataset(out),
         )
-    meta = write_truth(whole, out / "truth")
-    splits_note = _splits(out) if splits else "not requested"
-    return {
-        **main,
-        "uniform_test": uniform,
-        "truth": meta["files"],
-        "synth": {
-            "seed": record["seed"],
-            "config_digest": cfg.digest(),
-            "stats": new.stats,
-            "continuation": record,
-            "splits": splits_note,
-            "seconds": round(time.perf_counter() - started, 3),
-        },
-    }
+    meta = write_truth(truth, out / "truth")
+    synth["splits"] = _splits(out) if splits else "not requested"
+    synth["seconds"] = round(time.perf_counter() - started, 3)
+    return {**main, "uniform_test": uniform, "truth": meta["files"], "synth": synth}
 
 
 def _copy_dataset(src: Path, dest: Path) -> None:
