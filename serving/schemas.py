@@ -117,24 +117,28 @@ class ActRequest(_Body):
         return v
 
 
-class InvalidRequest:
-    """A ``:batch`` item that failed validation: answered with its own 422, the others served."""
+class ActError(BaseModel):
+    """One ``:batch`` item that was not served, with the status ``/v1/act`` would have answered."""
 
-    def __init__(self, request_id: str | None, error: str) -> None:
-        self.request_id, self.error = request_id, error
+    request_id: str | None
+    status: int = Field(description="422: the item is invalid; 503: no model, or its model call failed")
+    error: str
 
 
-def _keep_invalid(value: Any, handler: ValidatorFunctionWrapHandler) -> ActRequest | InvalidRequest:
+def _keep_invalid(value: Any, handler: ValidatorFunctionWrapHandler) -> ActRequest | ActError:
+    """A ``:batch`` item that fails validation becomes its own 422 answer; the others are served."""
     try:
         return handler(value)
     except ValidationError as e:
         rid = value.get("request_id") if isinstance(value, dict) else None
-        return InvalidRequest(rid if isinstance(rid, str) else None, error_line(e.errors()))
+        return ActError(
+            request_id=rid if isinstance(rid, str) else None, status=422, error=error_line(e.errors())
+        )
 
 
 class ActBatchRequest(_Body):
-    #: Each item is validated alone (its schema is ``ActRequest``'s): a bad one becomes an
-    #: ``InvalidRequest`` answered 422 in its slot.
+    #: Each item is validated alone (its schema is ``ActRequest``'s): a bad one becomes its
+    #: ``ActError`` (422), answered in its slot.
     requests: list[Annotated[ActRequest, WrapValidator(_keep_invalid)]] = Field(
         min_length=1, max_length=MAX_BATCH
     )
@@ -168,14 +172,6 @@ class ActResponse(BaseModel):
         True,
         description="false: the decision log is failing and this decision was not stored (not evaluable)",
     )
-
-
-class ActError(BaseModel):
-    """One ``:batch`` item that was not served, with the status ``/v1/act`` would have answered."""
-
-    request_id: str | None
-    status: int = Field(description="422: the item is invalid; 503: no model, or its model call failed")
-    error: str
 
 
 class ActBatchResponse(BaseModel):

@@ -14,7 +14,6 @@ from serving.schemas import (
     ActError,
     ActRequest,
     ActResponse,
-    InvalidRequest,
 )
 from serving.state import ServingState, state
 
@@ -64,9 +63,9 @@ async def act(req: ActRequest, st: ServingState = Depends(state)) -> ActResponse
     return await answer(st, req)
 
 
-async def _one(st: ServingState, req: ActRequest | InvalidRequest) -> ActResponse | ActError:
-    if isinstance(req, InvalidRequest):
-        return ActError(request_id=req.request_id, status=422, error=req.error)
+async def _one(st: ServingState, req: ActRequest | ActError) -> ActResponse | ActError:
+    if isinstance(req, ActError):  # invalid: answered as validation left it
+        return req
     try:
         return await answer(st, req)
     except HTTPException as e:
