@@ -59,7 +59,9 @@ def test_the_writer_survives_a_folder_it_cannot_open_and_probes_until_it_can(tmp
         assert not log.healthy and "Read-only file system" in log.last_error
         assert log._thread.is_alive()
         disk.error = None
+        deadline = time.monotonic() + 30  # a broken probe fails the test, never hangs it
         while not log.healthy:  # the probe, with nothing appended
+            assert time.monotonic() < deadline, log.last_error
             await asyncio.sleep(0.01)
         await log.append([{"n": 2}])
         log.close()
