@@ -30,7 +30,7 @@ import polars as pl
 import torch
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.splits import PositivesRule
+from data_pipelines.splits import PositivesRule, load_split
 from parpo_core.artefacts import Lineage, Registry, SplitRef, Version
 from parpo_core.runs import resolve_run_dir
 from reward_models.artefact_kind import KIND
@@ -39,6 +39,7 @@ from reward_models.data import RewardData
 from reward_models.evaluate import Vectors, evaluate
 from reward_models.readout import RewardModel, UserProfile
 from reward_models.selection import load_uniform_half
+from reward_models.warmstart import TrainWindow, WarmStart, check_extends, merge_seen, warm_start, windowed
 
 if TYPE_CHECKING:
     from reward_models.training import FitResult
@@ -120,10 +121,17 @@ def side_inputs_meta(data: RewardData) -> dict[str, Any]:
 
 
 def train_weights(
-    cfg: RewardConfig, ds: Dataset, data: RewardData, run: Path, *, resume: str | Path | None = None
+    cfg: RewardConfig,
+    ds: Dataset,
+    data: RewardData,
+    run: Path,
+    *,
+    resume: str | Path | None = None,
+    warm: WarmStart | None = None,
 ) -> tuple[FitResult, dict[str, torch.Tensor], dict[str, Any]]:
     """Stage 1's encoder (when enabled), stage 2 (Lightning), stage 1's maps: the fit result, the
-    weights to publish (empty on DDP ranks other than 0) and stage 1's metadata (empty when off)."""
+    weights to publish (empty on DDP ranks other than 0) and stage 1's metadata (empty when off).
+    ``warm``: stage 2 starts from these tables (``reward_models.warmstart``)."""
     from reward_models.training import fit
 
     s1 = None
@@ -131,16 +139,19 @@ def train_weights(
         from reward_models.profile.fit import fit_maps, fit_stage1_encoder
 
         s1, z, enc_losses = fit_stage1_encoder(ds, data, cfg)
-    result = fit(cfg, data, run, resume=resume, profile=z if s1 is not None else None)
+    init = (warm.user, warm.item) if warm is not None else None
+    result = fit(cfg, data, run, resume=resume, profile=z if s1 is not None else None, init=init)
     if not result.is_global_zero:
         return result, {}, {}
     weights = export_weights(result.tables, data)
+    if warm is not None:
+        weights = merge_seen(weights, warm)
     if s1 is None:
         return result, weights, {}
     branches = s1.model.branches
     user = torch.cat([result.tables[f"user_{b}"] for b in branches], 1)
     item = torch.cat([result.tables[f"item_{b}"] for b in branches], 1)
-    seen = torch.from_numpy(data.seen_items())
+    seen = weights["item_seen"].bool()
     map_losses = fit_maps(s1, user, item, seen, cfg.stage1, cfg.runtime.seed)
     meta = s1.model.meta() | {"link": cfg.stage1.link, "losses": enc_losses | map_losses}
     return result, weights | s1.model.tensors(), meta
@@ -171,10 +182,12 @@ def metadata(
     }
 
 
-def load_training_data(cfg: RewardConfig, ds: Dataset) -> RewardData:
-    """The split ``cfg.split`` names, with the side inputs the model uses (impressions, features)."""
+def load_training_data(cfg: RewardConfig, ds: Dataset, window: TrainWindow | None = None) -> RewardData:
+    """The split ``cfg.split`` names (its train part cut to ``window``), with the side inputs the
+    model uses (impressions, features)."""
     s = cfg.split
-    data = RewardData.load(ds, s.name, s.seed, s.positives, s.algorithm)
+    split = windowed(load_split(ds, s.name, s.seed, s.positives, algorithm=s.algorithm), window)
+    data = RewardData.from_split(ds, split, s.positives)
     attach_side_inputs(cfg, ds, data)
     return data
 
@@ -209,13 +222,25 @@ def train_and_publish(
     resume: str | Path | None = None,
     parent: str | None = None,
     label: str | None = None,
+    window: TrainWindow | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> TrainOutcome | None:
-    """Train on ``data_dir``'s split, evaluate, publish; None on DDP ranks other than 0."""
+    """Train on ``data_dir``'s split, evaluate, publish; None on DDP ranks other than 0.
+
+    ``parent``: a registry version to warm-start from (``reward_models.warmstart``); ``window``:
+    the train rows to use (default all); ``extra``: added to the lineage's ``extra``."""
     run = resolve_run_dir(KIND, run_dir)  # the ranks Lightning's DDP launcher starts in fit() read it back
     ds = Dataset(data_dir)
     s = cfg.split
-    data = load_training_data(cfg, ds)
-    result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume)
+    data = load_training_data(cfg, ds, window)
+    warm = None
+    if parent is not None:
+        base = Registry(registry).open(KIND, parent)
+        check_extends(base.path, base.lineage.data_fingerprint, ds)
+        branches = ("interest", "conformity") if cfg.model.disentangle else ("interest",)
+        warm = warm_start(base.path, ds, data, branches)
+        extra = (extra or {}) | {"warm_start": warm.counts}
+    result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume, warm=warm)
     if not result.is_global_zero:
         return None
     metrics = evaluate_weights(cfg, weights, data, stage1)
@@ -227,7 +252,9 @@ def train_and_publish(
         data_fingerprint=ds.fingerprint,
         split=SplitRef(name=s.name, seed=s.seed, algorithm=s.algorithm, positives=s.positives),
         seed=cfg.runtime.seed,
-        extra={"source": ds.source, "backbone": cfg.model.backbone, "disentangle": cfg.model.disentangle},
+        extra={"source": ds.source, "backbone": cfg.model.backbone, "disentangle": cfg.model.disentangle}
+        | ({"window": window.label()} if window is not None else {})
+        | (extra or {}),
     )
     version = Registry(registry).publish(
         KIND,

@@ -17,6 +17,7 @@ from parpo.cli.demo import demo
 from parpo.cli.eval import app as eval_app
 from parpo.cli.policy import app as policy_app
 from parpo.cli.registry import app as registry_app
+from parpo.cli.retrain import retrain
 from parpo.cli.reward import app as reward_app
 from parpo.cli.serve import serve
 from parpo_core.errors import UserError
@@ -38,6 +39,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(config_app, name="config")
 app.command("demo")(demo)
 app.command("serve")(serve)
+app.command("retrain")(retrain)
 
 
 def main() -> None:

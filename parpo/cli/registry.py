@@ -114,6 +114,41 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
     console.print(t)
 
 
+@app.command()
+def history(registry: RegistryOpt, as_json: JsonOpt = False) -> None:
+    """The chain of versions of every kind: parents, data fingerprints, gate decisions of the
+    retrains that produced them (`parpo retrain`) and key metrics."""
+    from rich.table import Table
+
+    from parpo.cli.console import console
+    from parpo.retrain.history import history as chain
+
+    if not registry.is_dir():
+        from parpo_core.artefacts import RegistryError
+
+        raise RegistryError(f"{registry}: no registry here")
+    rows = chain(registry)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    t = Table(title=f"history of {registry}", title_justify="left")
+    for col in ("kind", "version", "pointers", "parent", "data", "gate", "key metrics"):
+        t.add_column(col, no_wrap=col in ("version", "parent"))
+    for r in rows:
+        gate = r["gate"]["status"] if r["gate"] else "-"
+        metrics = "  ".join(f"{k} {v:.4f}" for k, v in r["metrics"].items())
+        t.add_row(
+            r["kind"],
+            r["version"].split("-", 1)[0],
+            ", ".join(r["pointers"]),
+            r["parent"].split("-", 1)[0] if r["parent"] else "-",
+            (r["data_fingerprint"] or "-")[:12],
+            gate,
+            metrics or "-",
+        )
+    console.print(t)
+
+
 def _show_dict(reg: Registry, kind: str, version: str | None, verify: bool) -> dict[str, Any]:
     v = reg.open(kind, version, verify=verify, check=verify)
     files = v.manifest["files"]

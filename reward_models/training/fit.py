@@ -217,18 +217,20 @@ def fit(
     *,
     resume: str | Path | None = None,
     profile: torch.Tensor | None = None,
+    init: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> FitResult:
     """Train on ``data`` (a split) with ``cfg``; logs and checkpoints under ``run_dir``.
 
     ``resume``: a checkpoint (``RUN/checkpoints/last.ckpt``) to continue from exactly.
     ``profile``: stage-1 profiles z [n_users, D] for the ``stage1.link`` (None: no link).
+    ``init``: a warm start's initial (user, item) rows (``reward_models.warmstart``).
     """
     run_dir = Path(run_dir)
     _quiet_lightning()
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     pl.seed_everything(cfg.runtime.seed, workers=False, verbose=False)
-    module = RewardModule(data, cfg, profile)
+    module = RewardModule(data, cfg, profile, init)
     dm = RewardDataModule(data, cfg)
     best, speed = BestWeights(module.selection), Throughput()
     trainer = make_trainer(cfg, run_dir, [best, speed], module.selection)

@@ -59,8 +59,15 @@ def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
 class RewardModule(pl.LightningModule):
     """Trains ``CausalEmbeddings`` on ``TripleStream`` batches; see the module docstring."""
 
-    def __init__(self, data: RewardData, cfg: RewardConfig, profile: torch.Tensor | None = None) -> None:
-        """``profile``: stage-1 profiles z [n_users, D] that shape the user rows (``stage1.link``)."""
+    def __init__(
+        self,
+        data: RewardData,
+        cfg: RewardConfig,
+        profile: torch.Tensor | None = None,
+        init: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """``profile``: stage-1 profiles z [n_users, D] that shape the user rows (``stage1.link``);
+        ``init``: initial (user, item) id rows [n, nb * d] of a warm start (``reward_models.warmstart``)."""
         super().__init__()
         self.cfg, self.data = cfg, data
         self.model = build_model(data, cfg)
@@ -73,6 +80,10 @@ class RewardModule(pl.LightningModule):
         elif link == "regularize":  # L2 pull of each user row towards a learned linear map of its profile
             self.register_buffer("profile", profile.float(), persistent=False)
             self.profile_map = torch.nn.Linear(profile.shape[1], self.model.user.shape[1])
+        if init is not None:  # after the link: a warm start sets every row
+            with torch.no_grad():
+                self.model.user.copy_(init[0])
+                self.model.item.copy_(init[1])
         s, m = cfg.sampler, cfg.model
         self.curriculum = Curriculum(s.margin, s.margin_decay, m.weights.int, m.weights.con, s.loss_decay)
         self._val: dict[str, torch.Tensor] = {}
