@@ -136,17 +136,18 @@ def _steps(reg, j: Journal, req, cfg, gate: GateConfig, ds, base, inputs, inputs
     check_extends(base.path, base.lineage.data_fingerprint, ds)
     meta = base.metadata
     head = {"key": j.key, "inputs_digest": inputs_digest, "base": {"reward": base.name}}
-    read = j.read("read") or j.write(
-        "read",
-        head
-        | {
-            "inputs": inputs,
-            "data": str(req.data),
-            "base_data_fingerprint": base.lineage.data_fingerprint,
-            "users": {"base": meta.get("n_users"), "data": ds.idmap("users").height},
-            "items": {"base": meta.get("n_items"), "data": ds.idmap("items").height},
-        },
-    )
+    if j.read("read") is None:
+        j.write(
+            "read",
+            head
+            | {
+                "inputs": inputs,
+                "data": str(req.data),
+                "base_data_fingerprint": base.lineage.data_fingerprint,
+                "users": {"base": meta.get("n_users"), "data": ds.idmap("users").height},
+                "items": {"base": meta.get("n_items"), "data": ds.idmap("items").height},
+            },
+        )
     if base.lineage.data_fingerprint == ds.fingerprint:
         say(f"no new data: {base.label} was trained on this dataset ({ds.fingerprint[:12]})")
         return _finish(j, "no_new_data", head | {"data_fingerprint": ds.fingerprint})

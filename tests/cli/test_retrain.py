@@ -1,0 +1,189 @@
+"""``parpo retrain`` as a cron job runs it, on a drifting synthetic world (docs/retraining.md).
+
+The world: 600 users x 400 items for 8 rounds (the base's data), then 2 more rounds with 60
+new users, 200 new items and 30% of users' interests turned (``parpo data synth
+--continue-from``). The base is a small DICE model trained on the first part.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_pipelines.synth import SynthConfig, write, write_continuation
+from data_pipelines.synth.drift import ContinueConfig
+from tests.cli.test_cli import _one_error_line
+from tests.plugins.rewards import reward_config
+
+pytestmark = pytest.mark.integration
+
+PARPO = [sys.executable, "-m", "parpo.cli.main"]
+WORLD = SynthConfig(n_users=600, n_items=400, rounds=8, seed=3)
+DRIFT = ContinueConfig(rounds=2, new_users=60, new_items=200, interest_drift=0.3)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = os.environ | {"OMP_NUM_THREADS": "1"} | (env or {})
+    e.pop("PARPO_REWARD_RUN_DIR", None)
+    return subprocess.run([*PARPO, *args], capture_output=True, text=True, timeout=600, env=e)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, Path]:
+    """The base's data (``dir``), the drifted data (``new``) and a registry (``reg``) holding
+    the base reward model as production; tests copy ``reg`` before changing it."""
+    from reward_models.pipeline import train_and_publish
+
+    root = tmp_path_factory.mktemp("retrain")
+    write(WORLD, root / "dir")
+    write_continuation(root / "dir", root / "new", DRIFT)
+    cfg = reward_config("train.epochs=15")
+    assert train_and_publish(cfg, root / "dir", root / "reg", root / "run", label="dice")
+    return {"dir": root / "dir", "new": root / "new", "reg": root / "reg"}
+
+
+@pytest.fixture
+def reg(world, tmp_path) -> Path:
+    shutil.copytree(world["reg"], tmp_path / "REG")
+    return tmp_path / "REG"
+
+
+def versions(reg: Path) -> list[str]:
+    return sorted(p.name for p in (reg / "reward").glob("v*"))
+
+
+def pointer(reg: Path, name: str) -> str | None:
+    p = reg / "reward" / f"{name}.json"
+    return json.loads(p.read_text())["version"] if p.is_file() else None
+
+
+def retrain(reg: Path, data: Path, *extra: str, env: dict[str, str] | None = None):
+    return run("retrain", "--registry", str(reg), "--data", str(data), "--json", *extra, env=env)
+
+
+def test_drifted_world_is_promoted_and_a_second_run_creates_nothing(world, reg):
+    base = pointer(reg, "production")
+    res = retrain(reg, world["new"])
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    cand = out["candidate"]["reward"]
+    assert out["status"] == "promoted" and out["gate"]["passed"] and not out["replayed"]
+    assert pointer(reg, "production") == cand != base
+    assert out["promoted"] == {"reward": cand} and out["base"] == {"reward": base}
+    lineage = json.loads((reg / "reward" / cand / "lineage.json").read_text())
+    assert lineage["parent"] == base and lineage["extra"]["retrain_key"] == out["key"]
+    warm = lineage["extra"]["warm_start"]  # 600 + 60 users, 400 + 200 items
+    assert warm["users_copied"] + warm["users_from_profile"] == 660
+    assert (
+        warm["items_copied"] + warm["items_from_attributes"] == 600 and warm["items_from_attributes"] >= 200
+    )
+    steps = {p.stem for p in (reg / "retrain" / out["key"]).glob("*.json")}
+    assert steps == {"read", "heldout", "reward", "eval", "gate", "promote", "outcome"}
+    gate = json.loads((reg / "retrain" / out["key"] / "gate.json").read_text())
+    assert set(gate["heldout"]) == {"old", "new"} and all(len(f) == 64 for f in gate["heldout"].values())
+    assert [c["margin"] for c in gate["checks"]] == [0.02, 0.02, 0.0, 0.0]  # the default gate's
+    # the same inputs again: the first run's record and code, no new version
+    again = retrain(reg, world["new"])
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == out | {"replayed": True}
+    assert versions(reg) == [base, cand]
+    hist = json.loads(run("registry", "history", "--registry", str(reg), "--json").stdout)
+    assert [(h["version"], h["parent"], (h["gate"] or {}).get("status")) for h in hist] == [
+        (base, None, None),
+        (cand, base, "promoted"),
+    ]
+
+
+def test_broken_retrain_is_gated_and_production_untouched(world, reg):
+    base = pointer(reg, "production")
+    before = (reg / "reward" / "production.json").read_bytes()
+    res = retrain(reg, world["new"], "--lr-scale", "100")  # lr 1.0: 100x the preset's
+    assert res.returncode == 3, res.stderr
+    out = json.loads(res.stdout)
+    assert out["status"] == "gated" and not out["gate"]["passed"] and out["gate"]["why"]
+    assert (reg / "reward" / "production.json").read_bytes() == before
+    assert pointer(reg, "challenger") == out["candidate"]["reward"] != base
+    again = retrain(reg, world["new"], "--lr-scale", "100")
+    assert again.returncode == 3 and json.loads(again.stdout)["replayed"]
+    assert len(versions(reg)) == 2
+
+
+@pytest.mark.parametrize("point", ["reward-published", "after-gate", "reward-promoted"])
+def test_a_killed_retrain_leaves_the_registry_consistent_and_the_rerun_finishes(world, reg, point):
+    base = pointer(reg, "production")
+    res = retrain(reg, world["new"], env={"PARPO_RETRAIN_CRASH_AT": point})
+    assert res.returncode == -9, res.stderr  # SIGKILL
+    assert pointer(reg, "production") == (base if point != "reward-promoted" else versions(reg)[-1])
+    check = run("registry", "verify", "--registry", str(reg))
+    assert check.returncode == 0, check.stderr
+    res = retrain(reg, world["new"])
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["status"] == "promoted" and len(versions(reg)) == 2  # one candidate, never two
+    assert pointer(reg, "production") == out["candidate"]["reward"]
+
+
+def test_no_new_data_is_an_outcome_not_an_error(world, reg):
+    res = retrain(reg, world["dir"])
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["status"] == "no_new_data"
+    assert len(versions(reg)) == 1
+
+
+def test_data_that_does_not_extend_the_base_is_one_line(world, reg, tmp_path):
+    other = tmp_path / "other"
+    write(SynthConfig(n_users=50, n_items=40, rounds=2, seed=11), other, splits=False)
+    line = _one_error_line(retrain(reg, other))
+    assert "does not extend the base's" in line
+    base_fp = json.loads((reg / "reward" / versions(reg)[0] / "lineage.json").read_text())["data_fingerprint"]
+    from data_pipelines.dataset import Dataset
+
+    assert base_fp[:12] in line and Dataset(other).fingerprint[:12] in line
+    assert len(versions(reg)) == 1
+
+
+def test_a_corrupted_base_is_one_line_and_touches_nothing(world, reg):
+    weights = reg / "reward" / versions(reg)[0] / "weights" / "model.safetensors"
+    weights.chmod(0o644)
+    with open(weights, "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x01\x02\x03")
+    line = _one_error_line(retrain(reg, world["new"]))
+    assert "corrupted version" in line
+    assert len(versions(reg)) == 1 and not list((reg / "retrain").glob("*/*.json"))
+    line = _one_error_line(retrain(reg, world["new"], "--window", "last:week"))
+    assert "--window 'last:week'" in line
+
+
+def test_a_second_retrain_waits_for_the_lock_and_says_so(world, reg):
+    (reg / "retrain").mkdir()
+    fd = os.open(reg / "retrain" / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    e = os.environ | {"OMP_NUM_THREADS": "1"}
+    args = ["retrain", "--registry", str(reg), "--data", str(world["dir"])]
+    proc = subprocess.Popen([*PARPO, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 120)
+        assert ready, "the second retrain printed nothing while waiting"
+        assert "waiting for another retrain" in proc.stderr.readline()
+        assert proc.poll() is None
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    assert proc.wait(timeout=300) == 0
+    assert "no_new_data" in proc.stdout.read()
+
+
+def test_a_bad_gate_config_names_the_key(world, reg, tmp_path):
+    bad = tmp_path / "gate.yaml"
+    bad.write_text("reward:\n  - {set: new, metric: ndcg@10, margn: 0.1}\n")
+    line = _one_error_line(retrain(reg, world["new"], "--gate", str(bad)))
+    assert line.startswith(f"error: {bad}: reward.0.margin: Field required")
