@@ -39,7 +39,15 @@ from reward_models.data import RewardData
 from reward_models.evaluate import Vectors, evaluate
 from reward_models.readout import RewardModel, UserProfile
 from reward_models.selection import load_uniform_half
-from reward_models.warmstart import TrainWindow, WarmStart, check_extends, merge_seen, warm_start, windowed
+from reward_models.warmstart import (
+    TrainWindow,
+    WarmStart,
+    check_extends,
+    merge_seen,
+    train_profiles,
+    warm_start,
+    windowed,
+)
 
 if TYPE_CHECKING:
     from reward_models.training import FitResult
@@ -238,7 +246,9 @@ def train_and_publish(
         base = Registry(registry).open(KIND, parent)
         check_extends(base.path, base.lineage.data_fingerprint, ds)
         branches = ("interest", "conformity") if cfg.model.disentangle else ("interest",)
-        warm = warm_start(base.path, ds, data, branches)
+        warm = warm_start(
+            base.path, ds, data, branches, cold_profiles(data.cold_profile) | train_profiles(data)
+        )
         extra = (extra or {}) | {"warm_start": warm.counts}
     result, weights, stage1 = train_weights(cfg, ds, data, run, resume=resume, warm=warm)
     if not result.is_global_zero:

@@ -146,10 +146,11 @@ def _new_items(base: RewardModel, ds: Dataset, item_ids: list[str], rows: np.nda
         return s1.item_mean + s1.item_map(x)
 
 
-def warm_start(base_dir: Path, ds: Dataset, data: RewardData, branches: tuple[str, ...]) -> WarmStart:
-    """The initial tables of a model on ``data`` warm-started from the version in ``base_dir``."""
-    from reward_models.pipeline import cold_profiles
-
+def warm_start(
+    base_dir: Path, ds: Dataset, data: RewardData, branches: tuple[str, ...], profiles: dict
+) -> WarmStart:
+    """The initial tables of a model on ``data`` warm-started from the version in ``base_dir``;
+    ``profiles``: readout profiles of the users the base has not trained (their events)."""
     base = RewardModel.load(base_dir, verify=False)  # the caller opened (verified) it
     if tuple(base.branches) != tuple(branches):
         raise DataError(
@@ -157,7 +158,7 @@ def warm_start(base_dir: Path, ds: Dataset, data: RewardData, branches: tuple[st
             "retrain with the base's model settings"
         )
     user_ids, item_ids = data.user_ids(), data.item_ids()
-    uv, _ = base.user_vectors(user_ids, cold_profiles(data.cold_profile) | train_profiles(data))
+    uv, _ = base.user_vectors(user_ids, profiles)
     iv, icold, _ = base._item_vectors(item_ids)
     user = torch.cat([uv[b] for b in branches], 1)
     item = torch.cat([iv[b] for b in branches], 1)

@@ -47,7 +47,7 @@ def test_window_keeps_the_last_days_and_a_stable_replay_share():
 def test_warm_start_copies_the_base_rows_by_id(published_reward, tiny_synth):
     from data_pipelines.dataset import Dataset
     from parpo_core.artefacts import Registry
-    from reward_models.pipeline import load_training_data
+    from reward_models.pipeline import cold_profiles, load_training_data
     from reward_models.readout import RewardModel
     from reward_models.warmstart import warm_start
     from tests.plugins.rewards import reward_config
@@ -55,7 +55,8 @@ def test_warm_start_copies_the_base_rows_by_id(published_reward, tiny_synth):
     v = Registry(published_reward).open("reward")
     ds = Dataset(tiny_synth)
     data = load_training_data(reward_config(), ds)
-    warm = warm_start(v.path, ds, data, ("interest", "conformity"))
+    profiles = cold_profiles(data.cold_profile)
+    warm = warm_start(v.path, ds, data, ("interest", "conformity"), profiles)
     base = RewardModel.load(v.path)
     seen = torch.from_numpy(warm.user_seen)
     d = base.user["interest"].shape[1]
