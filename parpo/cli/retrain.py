@@ -29,8 +29,21 @@ def retrain(
         typer.Option("--replay", min=0.0, max=1.0, help="Share of older train rows kept with --window."),
     ] = 0.0,
     policy: Annotated[
-        bool, typer.Option("--policy/--no-policy", help="Also retrain the policy (not built yet).")
+        bool,
+        typer.Option(
+            "--policy/--no-policy",
+            help="Also retrain the production policy against the new reward version (warm start).",
+        ),
     ] = False,
+    anchors: Annotated[
+        str, typer.Option("--anchors", help="The base policy's anchors: carry, decay or reset.")
+    ] = "decay",
+    policy_updates: Annotated[
+        int | None,
+        typer.Option(
+            "--policy-updates", min=1, help="Updates of the policy run (default: the retrain preset's)."
+        ),
+    ] = None,
     gate: Annotated[str, typer.Option("--gate", help="Gate preset (default) or a YAML file.")] = "default",
     lr_scale: Annotated[
         float,
@@ -52,7 +65,8 @@ def retrain(
     from parpo.retrain.job import retrain as run
 
     req = RetrainRequest(
-        registry=registry, data=data, base=base, window=window, replay=replay, policy=policy,
+        registry=registry, data=data, base=base, window=window, replay=replay, policy=policy, anchors=anchors,
+        policy_updates=policy_updates,
         gate=gate, lr_scale=lr_scale, overrides=list(overrides or []),
     )  # fmt: skip
     out = run(req)
@@ -61,9 +75,10 @@ def retrain(
     else:
         r = out.record
         again = " (the answer of an earlier run on the same inputs)" if out.replayed else ""
-        typer.echo(f"{out.status}{again}: base {r['base']['reward']}", nl=False)
+        base_names = ", ".join(f"{k}/{v}" for k, v in r["base"].items())
+        typer.echo(f"{out.status}{again}: base {base_names}", nl=False)
         if "candidate" in r:
-            typer.echo(f", candidate {r['candidate']['reward']}", nl=False)
+            typer.echo(", candidate " + ", ".join(f"{k}/{v}" for k, v in r["candidate"].items()), nl=False)
         typer.echo(f"; record {registry / 'retrain' / r['key'] / 'outcome.json'}")
         for why in (r.get("gate") or {}).get("why", []):
             typer.echo(f"  {why}")

@@ -26,8 +26,23 @@ METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
 
 
 class Check(StrictModel):
+    """A reward check: per-user ranking metric on one held-out set."""
+
     set: Literal["old", "new"] = Field(description="old: the base's held-out pairs; new: the newest rows'")
     metric: Literal["ndcg@10", "recall@10", "hit@10", "mrr@10"] = Field(description="per-user ranking metric")
+    margin: float = Field(ge=0, description="how much worse than production the candidate may be")
+    rule: Literal["non_inferior", "no_regression"] = Field(
+        "non_inferior", description="non_inferior: ci_low > -margin; no_regression: ci_high >= -margin"
+    )
+
+
+class PolicyCheck(StrictModel):
+    """A policy check: per-task metric on the warm (test) or cold (cold_test) held-out tasks."""
+
+    set: Literal["warm", "cold"] = Field(description="warm: test tasks; cold: cold users' tasks")
+    metric: Literal["hit@10", "ndcg@10", "task_quality", "true_preference"] = Field(
+        description="per-task metric (true_preference: synthetic data only, else skipped)"
+    )
     margin: float = Field(ge=0, description="how much worse than production the candidate may be")
     rule: Literal["non_inferior", "no_regression"] = Field(
         "non_inferior", description="non_inferior: ci_low > -margin; no_regression: ci_high >= -margin"
@@ -42,6 +57,8 @@ class GateConfig(StrictModel):
     seed: int = Field(0, description="seed of the bootstrap")
     min_users: int = Field(10, ge=1, description="fewer paired users in a set: its checks are skipped")
     reward: list[Check] = Field(min_length=1, description="checks of a reward candidate")
+    policy: list[PolicyCheck] = Field(default_factory=list, description="checks of a policy candidate")
+    tasks: int = Field(500, ge=1, description="held-out tasks per part (hash-stable sample) for policies")
 
 
 def paired_interval(diff: np.ndarray, cfg: GateConfig) -> dict[str, float]:
@@ -54,7 +71,7 @@ def paired_interval(diff: np.ndarray, cfg: GateConfig) -> dict[str, float]:
     return {"diff": s["estimate"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "se": s["se"]}
 
 
-def judge(check: Check, cand: np.ndarray, prod: np.ndarray, cfg: GateConfig) -> dict[str, Any]:
+def judge(check: Check | PolicyCheck, cand: np.ndarray, prod: np.ndarray, cfg: GateConfig) -> dict[str, Any]:
     """One check on the per-user metrics of the candidate and production ([U] each, paired)."""
     out: dict[str, Any] = check.model_dump() | {"n_users": int(cand.size)}
     if cand.size < cfg.min_users:

@@ -19,17 +19,18 @@ def gate_decisions(root: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(kind, version) -> the gate decision of the retrain that produced it."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for j in journals(root):
-        rec = j.read("reward")
-        if rec is None:
-            continue
         outcome, gate = j.read("outcome"), j.read("gate")
-        out[("reward", rec["version"])] = {
-            "retrain": j.key,
-            "status": outcome["status"] if outcome else "unfinished",
-            "passed": gate["passed"] if gate else None,
-            "why": gate["why"] if gate else [],
-            "heldout": gate["heldout"] if gate else None,
-        }
+        for kind in ("reward", "policy"):
+            rec = j.read(kind)
+            if rec is None:
+                continue
+            out[(kind, rec["version"])] = {
+                "retrain": j.key,
+                "status": outcome["status"] if outcome else "unfinished",
+                "passed": gate["passed"] if gate else None,
+                "why": gate["why"] if gate else [],
+                "heldout": gate["heldout"] if gate else None,
+            }
     return out
 
 

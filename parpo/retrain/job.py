@@ -33,6 +33,7 @@ from pydantic import Field
 
 from parpo.retrain.gate import GateConfig, decide, judge
 from parpo.retrain.journal import FOLDER, Journal, crash_point, digest, job_lock, journals
+from parpo.retrain.policy import AnchorMode
 from parpo_core.config import StrictModel
 from parpo_core.errors import UserError
 
@@ -48,7 +49,11 @@ class RetrainRequest(StrictModel):
     base: str = Field("production", description="the reward version to start from")
     window: str = Field("all", description="all | last:<N>d: the train rows the candidate sees")
     replay: float = Field(0.0, ge=0, le=1, description="share of older train rows replayed with a window")
-    policy: bool = Field(False, description="also retrain the policy (not built yet)")
+    policy: bool = Field(False, description="also retrain the production policy against the new reward")
+    anchors: AnchorMode = Field("decay", description="the base policy's anchors: carry, decay or reset")
+    policy_updates: int | None = Field(
+        None, ge=1, description="updates of the policy's warm-started run (None: the retrain preset's)"
+    )
     gate: str = Field("default", description="gate preset or YAML file")
     lr_scale: float = Field(0.2, gt=0, description="the candidate's learning rate: the base's times this")
     overrides: list[str] = Field(default_factory=list, description="reward config overrides")
@@ -80,8 +85,6 @@ def retrain(req: RetrainRequest, say=_say) -> Outcome:
     from parpo_core.artefacts import Registry, RegistryError
     from reward_models.warmstart import parse_window
 
-    if req.policy:
-        raise UserError("--policy: retraining the policy is not built yet; run with --no-policy")
     if not req.registry.is_dir():
         raise RegistryError(f"{req.registry}: no registry here; train and publish a reward model first")
     parse_window(req.window)
@@ -103,11 +106,12 @@ def _run(reg, root: Path, req: RetrainRequest, gate: GateConfig, say) -> Outcome
     label = f"{base.label}/config.yaml" + (" (with overrides)" if req.overrides else "")
     lr = validate(RewardConfig, base.config, base.label).train.lr * req.lr_scale
     cfg = validate(RewardConfig, apply_overrides(base.config, [f"train.lr={lr!r}", *req.overrides]), label)
+    policy = _policy_inputs(reg, req) if req.policy else None
     inputs = {
         "data_fingerprint": ds.fingerprint,
         "window": req.window,
         "replay": req.replay,
-        "policy": req.policy,
+        "policy": policy and {k: policy[k] for k in ("anchors", "updates")},
         "overrides": req.overrides,
         "lr_scale": req.lr_scale,
         "gate": gate.model_dump(mode="json"),
@@ -117,25 +121,46 @@ def _run(reg, root: Path, req: RetrainRequest, gate: GateConfig, say) -> Outcome
         o = old.read("outcome")
         if o and o["inputs_digest"] == inputs_digest and (o.get("promoted") or {}).get("reward") == base.name:
             return Outcome(o["status"], o["exit_code"], o, replayed=True)
-    key = digest(inputs | {"base_reward": base.name})[:16]
+    production = reg.resolve("reward", "production").name  # what the candidate must beat
+    bases = {"base_reward": base.name, "production": production, "base_policy": policy and policy["base"]}
+    key = digest(inputs | bases)[:16]
     j = Journal(root / key)
     done = j.read("outcome")
     if done is not None:
         return Outcome(done["status"], done["exit_code"], done, replayed=True)
     try:
-        return _steps(reg, j, req, cfg, gate, ds, base, inputs, inputs_digest, say)
+        return _steps(reg, j, req, cfg, gate, ds, base, production, policy, inputs, inputs_digest, say)
     except UserError as e:
         j.write("error", {"error": str(e)})
         raise
 
 
-def _steps(reg, j: Journal, req, cfg, gate: GateConfig, ds, base, inputs, inputs_digest, say) -> Outcome:
+def _policy_inputs(reg, req: RetrainRequest) -> dict[str, Any]:
+    """The production policy (the base of ``--policy``), its config for the warm-started run, and
+    the run's settings (updates from the ``retrain`` policy preset unless given)."""
+    from parpo.presets import apply_overrides, read_preset, validate
+    from parpo.trainer.config import PolicyTrainConfig
+
+    v = reg.open("policy", "production")  # verified
+    updates = req.policy_updates or read_preset("policy", "retrain")[1]["train"]["updates"]
+    cfg = validate(PolicyTrainConfig, apply_overrides(v.config, [f"train.updates={updates}"]), v.label)
+    return {"base": v.name, "cfg": cfg, "anchors": req.anchors, "updates": updates}
+
+
+def _steps(
+    reg, j: Journal, req, cfg, gate: GateConfig, ds, base, production: str, policy, inputs, inputs_digest, say
+) -> Outcome:
     from parpo.retrain.heldout import held_out
     from reward_models.warmstart import check_extends
 
     check_extends(base.path, base.lineage.data_fingerprint, ds)
     meta = base.metadata
-    head = {"key": j.key, "inputs_digest": inputs_digest, "base": {"reward": base.name}}
+    head = {
+        "key": j.key,
+        "inputs_digest": inputs_digest,
+        "base": {"reward": base.name} | ({"policy": policy["base"]} if policy else {}),
+        "production": {"reward": production} | ({"policy": policy["base"]} if policy else {}),
+    }
     if j.read("read") is None:
         j.write(
             "read",
@@ -159,13 +184,15 @@ def _steps(reg, j: Journal, req, cfg, gate: GateConfig, ds, base, inputs, inputs
             raise UserError(
                 f"{j.path}: held-out set {name} changed since the run began; delete the folder to start over"
             )
-    cand = _candidate(reg, j, req, cfg, ds, base, say)
-    evaluated = _evaluate(j, reg, base.name, cand, h, gate)
+    cand = {"reward": _candidate(reg, j, req, cfg, ds, base, say)}
+    if policy:
+        cand["policy"] = _policy_candidate(reg, j, ds, policy, cand["reward"], say)
+    evaluated = _evaluate(j, reg, head["production"], cand, h, gate, ds)
     decision = j.read("gate") or j.write(
         "gate",
         head
         | {
-            "candidate": {"reward": cand},
+            "candidate": cand,
             "heldout": {n: sets[n]["fingerprint"] for n in ("old", "new")},
             "checks": evaluated["checks"],
             "config": gate.model_dump(mode="json"),
@@ -174,18 +201,17 @@ def _steps(reg, j: Journal, req, cfg, gate: GateConfig, ds, base, inputs, inputs
     )
     summary = head | {
         "data_fingerprint": ds.fingerprint,
-        "candidate": {"reward": cand},
+        "candidate": cand,
         "gate": {"passed": decision["passed"], "why": decision["why"]},
         "heldout": decision["heldout"],
         "seconds": {"eval_and_gate": evaluated["seconds"], "train": (j.read("reward") or {}).get("seconds")},
     }
     if not decision["passed"]:
-        reg.set_alias("reward", CHALLENGER, cand)
-        say(
-            f"gated: {cand} stays {CHALLENGER}; production {base.name} unchanged: "
-            + "; ".join(decision["why"])
-        )
-        return _finish(j, "gated", summary | {"challenger": {"reward": cand}})
+        for kind, name in cand.items():
+            reg.set_alias(kind, CHALLENGER, name)
+        names = ", ".join(f"{k}/{v}" for k, v in cand.items())
+        say(f"gated: {names} kept as {CHALLENGER}; production unchanged: " + "; ".join(decision["why"]))
+        return _finish(j, "gated", summary | {"challenger": cand})
     return _promote(reg, j, summary, say)
 
 
@@ -197,8 +223,14 @@ def _candidate(reg, j: Journal, req, cfg, ds, base, say) -> str:
     rec = j.read("reward")
     if rec is not None:
         return rec["version"]
-    found = _published_by(reg, j.key)
+    # What the weights depend on (not the gate): a rerun under another gate reuses the candidate.
+    train_key = digest(
+        {"data": ds.fingerprint, "base": base.name, "window": req.window, "replay": req.replay,
+         "overrides": req.overrides, "lr_scale": req.lr_scale}
+    )[:16]  # fmt: skip
+    found = _published_by(reg, "reward", train_key)
     t0 = time.perf_counter()
+    reused = found is not None
     if found is None:
         window = TrainWindow(parse_window(req.window), req.replay, cfg.split.seed)
         run = j.path / "run"
@@ -206,18 +238,19 @@ def _candidate(reg, j: Journal, req, cfg, ds, base, say) -> str:
         say(f"training the candidate from {base.label} on {ds.root} (window {window.label()})")
         outcome = train_and_publish(
             cfg, ds.root, reg.root, run, parent=base.name, label=f"retrain of {base.name}",
-            window=window, extra={"retrain_key": j.key},
+            window=window, extra={"retrain_key": train_key},
         )  # fmt: skip
         found = outcome.version.name
     crash_point("reward-published")
-    j.write("reward", {"version": found, "parent": base.name, "seconds": round(time.perf_counter() - t0, 3)})
+    record = {"version": found, "parent": base.name, "train_key": train_key, "reused": reused}
+    j.write("reward", record | {"seconds": round(time.perf_counter() - t0, 3)})
     return found
 
 
-def _published_by(reg, key: str) -> str | None:
-    """The reward version a run with this key published (its lineage carries the key)."""
-    kdir = reg.kind_dir("reward")
-    for name in reversed(reg.versions("reward")):
+def _published_by(reg, kind: str, key: str) -> str | None:
+    """The version of ``kind`` trained on these inputs (its lineage's ``extra.retrain_key``), if any."""
+    kdir = reg.kind_dir(kind)
+    for name in reversed(reg.versions(kind)):
         try:
             extra = json.loads((kdir / name / "lineage.json").read_text()).get("extra") or {}
         except (OSError, ValueError):
@@ -227,8 +260,81 @@ def _published_by(reg, key: str) -> str | None:
     return None
 
 
-def _evaluate(j: Journal, reg, production: str, cand: str, h, gate: GateConfig) -> dict[str, Any]:
-    """Per-user metrics of both versions on both sets, paired; the judged checks (``eval`` record)."""
+def _policy_candidate(reg, j: Journal, ds, policy: dict[str, Any], reward: str, say) -> str:
+    """The candidate policy: warm-started from the production policy against the candidate reward
+    version (``parpo.retrain.policy``), a short run, published with the base as parent."""
+    from parpo.env.source import EnvSource
+    from parpo.policy.bundle import PolicyBundle
+    from parpo.retrain.policy import carried_anchors, grow
+    from parpo.trainer.loop import PolicyInit
+    from parpo.trainer.pipeline import train_and_publish
+
+    rec = j.read("policy")
+    if rec is not None:
+        return rec["version"]
+    cfg = policy["cfg"]
+    train_key = digest({"reward": reward, "base": policy["base"], "anchors": policy["anchors"],
+                        "config": cfg.model_dump(mode="json")})[:16]  # fmt: skip
+    found = _published_by(reg, "policy", train_key)
+    t0 = time.perf_counter()
+    reused, warm = found is not None, {}
+    if found is None:
+        bundle = PolicyBundle.load(reg.root, policy["base"])
+        src = EnvSource.load(ds.root, reg.root, reward, cfg.env)
+        grown, predicted = grow(bundle, src.reward_model, src.catalogue)
+        anchors = carried_anchors(bundle, policy["anchors"])
+        warm = {"items_from_features": predicted, "anchors": policy["anchors"],
+                "anchor_users": 0 if anchors is None else int(anchors["user"].numel())}  # fmt: skip
+        say(f"training the candidate policy from {bundle.version.label} ({cfg.train.updates} updates)")
+        run = j.path / "policy-run"
+        shutil.rmtree(run, ignore_errors=True)
+        out = train_and_publish(
+            cfg, ds.root, reg.root, reward_version=reward, run_dir=run, preset=f"retrain of {policy['base']}",
+            init=PolicyInit(grown.net.state_dict(), anchors), parent=policy["base"],
+            extra={"retrain_key": train_key, "warm_start": warm},
+        )  # fmt: skip
+        found = out.version.name
+    crash_point("policy-published")
+    record = {"version": found, "parent": policy["base"], "train_key": train_key, "reused": reused}
+    j.write("policy", record | {"warm_start": warm, "seconds": round(time.perf_counter() - t0, 3)})
+    return found
+
+
+def _policy_checks(reg, production: str, cand: dict[str, str], ds, gate: GateConfig) -> list[dict[str, Any]]:
+    """The gate's policy checks: candidate and production (grown to the new catalogue, reading its
+    own reward version) greedy on the same held-out tasks of the new data, paired per task."""
+    import numpy as np
+    import polars as pl
+
+    from parpo.env.source import EnvSource
+    from parpo.evaluation.sample import sample_tasks
+    from parpo.policy.bundle import PolicyBundle
+    from parpo.retrain.policy import grow, per_task
+
+    mine = PolicyBundle.load(reg.root, cand["policy"])
+    theirs = PolicyBundle.load(reg.root, production)
+    src = EnvSource.load(ds.root, reg.root, cand["reward"], mine.env)
+    prod, _ = grow(theirs, theirs.reward_model, src.catalogue)
+    tasks = {p: sample_tasks(src.tasks(p, capped=False), gate.tasks, gate.seed) for p in ("warm", "cold")}
+    env = src.env()
+    a, b = per_task(env, mine.policy, tasks, gate.seed), per_task(env, prod, tasks, gate.seed)
+    joined = a.join(b, on=["part", "task_id"], suffix="_prod") if a.height else a
+    checks = []
+    for c in gate.policy:
+        rows = joined.filter(pl.col("part") == c.set) if joined.height else joined
+        if c.metric in rows.columns and f"{c.metric}_prod" in rows.columns:
+            va, vb = rows[c.metric].to_numpy(), rows[f"{c.metric}_prod"].to_numpy()
+        else:
+            va = vb = np.zeros(0)
+        checks.append({"kind": "policy"} | judge(c, va.astype(float), vb.astype(float), gate))
+    return checks
+
+
+def _evaluate(
+    j: Journal, reg, production: dict[str, str], cand: dict[str, str], h, gate: GateConfig, ds
+) -> dict[str, Any]:
+    """Per-user metrics of both reward versions on both sets, paired (and, with a policy, the
+    policy checks); the judged checks (``eval`` record)."""
     import numpy as np
 
     from parpo.retrain.heldout import per_user_metrics
@@ -241,7 +347,7 @@ def _evaluate(j: Journal, reg, production: str, cand: str, h, gate: GateConfig) 
         return rec
     t0 = time.perf_counter()
     profiles = cold_profiles(h.data.cold_profile) | train_profiles(h.data)
-    models = {"candidate": cand, "production": production}
+    models = {"candidate": cand["reward"], "production": production["reward"]}
     m = {
         k: per_user_metrics(RewardModel.load(reg.resolve("reward", v)), h, profiles)
         for k, v in models.items()
@@ -251,12 +357,14 @@ def _evaluate(j: Journal, reg, production: str, cand: str, h, gate: GateConfig) 
         a, b = m["candidate"][c.set], m["production"][c.set]
         va, vb = a.get(c.metric, np.zeros(0)), b.get(c.metric, np.zeros(0))
         ok = ~(np.isnan(va) | np.isnan(vb))
-        checks.append(judge(c, va[ok], vb[ok], gate))
+        checks.append({"kind": "reward"} | judge(c, va[ok], vb[ok], gate))
     for k, per_set in m.items():
         means[k] = {
             s: {n: float(np.nanmean(v)) for n, v in d.items() if n != "users" and v.size}
             for s, d in per_set.items()
         }
+    if "policy" in cand:
+        checks += _policy_checks(reg, production["policy"], cand, ds, gate)
     return j.write(
         "eval",
         {"versions": models, "means": means, "checks": checks, "seconds": round(time.perf_counter() - t0, 3)},
@@ -265,17 +373,25 @@ def _evaluate(j: Journal, reg, production: str, cand: str, h, gate: GateConfig) 
 
 def _promote(reg, j: Journal, summary: dict[str, Any], say) -> Outcome:
     """Write the intent, move the pointers (reward first; a policy's last), record the outcome."""
-    intent = j.read("promote") or j.write(
-        "promote", {"reward": summary["candidate"]["reward"], "summary": summary}
-    )
+    intent = j.read("promote") or j.write("promote", {"candidate": summary["candidate"], "summary": summary})
     return _complete(reg, j, intent, say)
 
 
 def _complete(reg, j: Journal, intent: dict[str, Any], say) -> Outcome:
-    moved = reg.point("reward", "production", intent["reward"])
-    crash_point("reward-promoted")
-    say(f"promoted: reward production {moved.before} -> {moved.version}")
-    return _finish(j, "promoted", intent["summary"] | {"promoted": {"reward": moved.version}})
+    """Move ``production`` of the reward kind, then of the policy (the commit point: servers follow
+    the policy, whose lineage names its reward). Idempotent: a killed run's moves are redone."""
+    promoted = {}
+    for kind in ("reward", "policy"):
+        if kind not in intent["candidate"]:
+            continue
+        moved = reg.point(kind, "production", intent["candidate"][kind])
+        crash_point(f"{kind}-promoted")
+        ptr = reg.pointer(kind, CHALLENGER)
+        if ptr and ptr["version"] == moved.version:
+            reg.remove_alias(kind, CHALLENGER)  # an earlier gate kept it aside; it is production now
+        say(f"promoted: {kind} production {moved.before} -> {moved.version}")
+        promoted[kind] = moved.version
+    return _finish(j, "promoted", intent["summary"] | {"promoted": promoted})
 
 
 def finish_promotions(reg, root: Path, say) -> None:

@@ -41,6 +41,15 @@ LAST = "last.ckpt"
 
 
 @dataclass
+class PolicyInit:
+    """Where a warm-started run begins: the network's ``state`` (``NativeNet.state_dict`` for the
+    new catalogue) and the anchors' ``AnchorStore.state_dict`` (None: fresh anchors)."""
+
+    state: dict[str, torch.Tensor]
+    anchors: dict[str, Any] | None = None
+
+
+@dataclass
 class TrainResult:
     policy: NativePolicy
     anchors: AnchorStore
@@ -97,9 +106,11 @@ class PolicyTrainer:
         run_dir: str | Path,
         *,
         preference_transform: PreferenceTransform | None = None,
+        init: PolicyInit | None = None,
     ) -> None:
         self.cfg, self.source, self.run = cfg, source, Path(run_dir)
         self.preference_transform = preference_transform
+        self.init = init
 
     def fit(self, resume: str | Path | None = None) -> TrainResult:
         cfg, src = self.cfg, self.source
@@ -111,11 +122,15 @@ class PolicyTrainer:
         seed = cfg.runtime.seed
         torch.manual_seed(seed)  # identical initial weights on every rank
         policy = NativePolicy.create(cfg.policy, src.reward_model, src.catalogue, cfg.env.search_k)
+        if self.init is not None:  # a warm start (parpo.retrain.policy); a resume overrides it below
+            policy.net.load_state_dict(self.init.state)
         module = fabric.setup_module(policy.net)
         optimizers = fabric.setup_optimizers(*build_optimizers(policy.net, cfg.optim))
         optimizers = list(optimizers) if isinstance(optimizers, tuple) else [optimizers]
         reference = copy.deepcopy(policy.net).requires_grad_(False) if cfg.loss.kl_beta > 0 else None
         anchors = AnchorStore.from_config(cfg.advantage)
+        if self.init is not None and self.init.anchors is not None:
+            anchors.load_state_dict(self.init.anchors)
         env = src.env(self.preference_transform)
         tasks = src.tasks("train")
         if not tasks:

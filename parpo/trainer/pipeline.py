@@ -13,7 +13,7 @@ from parpo.env.schema import ACTION_SCHEMA_VERSION
 from parpo.env.source import EnvSource
 from parpo.policy.bundle import ANCHORS, CATALOGUE, KIND, POLICY_DIR
 from parpo.trainer.config import PolicyTrainConfig
-from parpo.trainer.loop import PolicyTrainer, TrainResult
+from parpo.trainer.loop import PolicyInit, PolicyTrainer, TrainResult
 
 
 @dataclass
@@ -41,14 +41,20 @@ def train_and_publish(
     resume: str | Path | None = None,
     preset: str | None = None,
     preference_transform: PreferenceTransform | None = None,
+    init: PolicyInit | None = None,
+    parent: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> PolicyOutcome | None:
-    """Train on the reward version's split (default: production); None on DDP ranks other than 0."""
+    """Train on the reward version's split (default: production); None on DDP ranks other than 0.
+
+    ``init``: start from these weights and anchors (a warm start from ``parent``, the policy
+    version recorded in the lineage); ``extra``: added to the lineage's ``extra``."""
     from parpo_core.artefacts import Lineage, Registry, SplitRef
     from parpo_core.runs import resolve_run_dir
 
     run = resolve_run_dir(KIND, run_dir)  # a rank the DDP launcher started gets rank 0's folder
     source = EnvSource.load(data_dir, registry, reward_version, cfg.env)
-    result = PolicyTrainer(cfg, source, run, preference_transform=preference_transform).fit(resume)
+    result = PolicyTrainer(cfg, source, run, preference_transform=preference_transform, init=init).fit(resume)
     if not result.is_global_zero:
         return None
     policy_dir, cat_path, anchors_path = (
@@ -63,6 +69,7 @@ def train_and_publish(
     split = reward_lineage.split
     summary = final_summary(result.history)
     lineage = Lineage(
+        parent=parent,
         reward=source.reward_version,
         data_fingerprint=source.dataset.fingerprint,
         split=SplitRef(
@@ -74,7 +81,8 @@ def train_and_publish(
             "algo": cfg.advantage.estimator,
             "group_size": cfg.train.group_size,
             "backend": result.policy.kind,
-        },
+        }
+        | (extra or {}),
     )
     version = Registry(registry).publish(
         KIND,

@@ -20,7 +20,9 @@ import pytest
 
 from data_pipelines.synth import SynthConfig, write, write_continuation
 from data_pipelines.synth.drift import ContinueConfig
+from parpo.trainer.pipeline import train_and_publish as policy_train
 from tests.cli.test_cli import _one_error_line
+from tests.plugins.policies import fast_config
 from tests.plugins.rewards import reward_config
 
 pytestmark = pytest.mark.integration
@@ -47,7 +49,10 @@ def world(tmp_path_factory) -> dict[str, Path]:
     write_continuation(root / "dir", root / "new", DRIFT)
     cfg = reward_config("train.epochs=15")
     assert train_and_publish(cfg, root / "dir", root / "reg", root / "run", label="dice")
-    return {"dir": root / "dir", "new": root / "new", "reg": root / "reg"}
+    reg = root / "reg"
+    shutil.copytree(reg, root / "reg-policy")  # the same reward model and a policy trained on it
+    assert policy_train(fast_config(updates=3), root / "dir", root / "reg-policy", run_dir=root / "prun")
+    return {"dir": root / "dir", "new": root / "new", "reg": reg, "reg-policy": root / "reg-policy"}
 
 
 @pytest.fixture
@@ -56,12 +61,12 @@ def reg(world, tmp_path) -> Path:
     return tmp_path / "REG"
 
 
-def versions(reg: Path) -> list[str]:
-    return sorted(p.name for p in (reg / "reward").glob("v*"))
+def versions(reg: Path, kind: str = "reward") -> list[str]:
+    return sorted(p.name for p in (reg / kind).glob("v*"))
 
 
-def pointer(reg: Path, name: str) -> str | None:
-    p = reg / "reward" / f"{name}.json"
+def pointer(reg: Path, name: str, kind: str = "reward") -> str | None:
+    p = reg / kind / f"{name}.json"
     return json.loads(p.read_text())["version"] if p.is_file() else None
 
 
@@ -79,7 +84,8 @@ def test_drifted_world_is_promoted_and_a_second_run_creates_nothing(world, reg):
     assert pointer(reg, "production") == cand != base
     assert out["promoted"] == {"reward": cand} and out["base"] == {"reward": base}
     lineage = json.loads((reg / "reward" / cand / "lineage.json").read_text())
-    assert lineage["parent"] == base and lineage["extra"]["retrain_key"] == out["key"]
+    record = json.loads((reg / "retrain" / out["key"] / "reward.json").read_text())
+    assert lineage["parent"] == base and lineage["extra"]["retrain_key"] == record["train_key"]
     warm = lineage["extra"]["warm_start"]  # 600 + 60 users, 400 + 200 items
     assert warm["users_copied"] + warm["users_from_profile"] == 660
     assert (
@@ -114,6 +120,13 @@ def test_broken_retrain_is_gated_and_production_untouched(world, reg):
     again = retrain(reg, world["new"], "--lr-scale", "100")
     assert again.returncode == 3 and json.loads(again.stdout)["replayed"]
     assert len(versions(reg)) == 2
+    # another gate judges the same candidate: nothing is trained again
+    lenient = Path(reg.parent / "lenient.yaml")
+    lenient.write_text("reward:\n  - {set: old, metric: hit@10, margin: 1.0}\n")
+    res = retrain(reg, world["new"], "--lr-scale", "100", "--gate", str(lenient))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["candidate"] == out["candidate"] and len(versions(reg)) == 2
+    assert pointer(reg, "production") == out["candidate"]["reward"] and pointer(reg, "challenger") is None
 
 
 @pytest.mark.parametrize("point", ["reward-published", "after-gate", "reward-promoted"])
@@ -187,3 +200,37 @@ def test_a_bad_gate_config_names_the_key(world, reg, tmp_path):
     bad.write_text("reward:\n  - {set: new, metric: ndcg@10, margn: 0.1}\n")
     line = _one_error_line(retrain(reg, world["new"], "--gate", str(bad)))
     assert line.startswith(f"error: {bad}: reward.0.margin: Field required")
+
+
+def test_policy_retrain_moves_the_reward_pointer_first_and_the_policy_last(world, tmp_path):
+    reg = tmp_path / "REG"
+    shutil.copytree(world["reg-policy"], reg)
+    base_reward, base_policy = pointer(reg, "production"), pointer(reg, "production", "policy")
+    lenient = tmp_path / "lenient.yaml"  # the mechanics, not the statistics: every check passes
+    lenient.write_text(
+        "reward:\n  - {set: new, metric: ndcg@10, margin: 1.0}\n"
+        "policy:\n  - {set: warm, metric: hit@10, margin: 1.0}\n"
+    )
+    args = ("--policy", "--policy-updates", "2", "--gate", str(lenient))
+    res = retrain(reg, world["new"], *args, env={"PARPO_RETRAIN_CRASH_AT": "reward-promoted"})
+    assert res.returncode == -9, res.stderr
+    # killed between the two moves: the server still follows the base policy and its reward
+    cand_reward = pointer(reg, "production")
+    assert cand_reward != base_reward and pointer(reg, "production", "policy") == base_policy
+    res = retrain(reg, world["new"], *args)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert "completing the promotion an interrupted retrain began" in res.stderr
+    assert out["promoted"] == out["candidate"] and out["candidate"]["reward"] == cand_reward
+    cand_policy = out["candidate"]["policy"]
+    assert pointer(reg, "production", "policy") == cand_policy != base_policy
+    assert len(versions(reg, "policy")) == 2 and len(versions(reg)) == 2
+    lineage = json.loads((reg / "policy" / cand_policy / "lineage.json").read_text())
+    assert lineage["parent"] == base_policy and lineage["reward"] == cand_reward
+    warm = lineage["extra"]["warm_start"]
+    assert warm["items_from_features"] == 200 and warm["anchors"] == "decay" and warm["anchor_users"] > 0
+    gate = json.loads((reg / "retrain" / out["key"] / "gate.json").read_text())
+    assert [(c["kind"], c["set"], c["result"]) for c in gate["checks"]] == [
+        ("reward", "new", "pass"),
+        ("policy", "warm", "pass"),
+    ]
