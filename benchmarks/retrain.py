@@ -17,7 +17,13 @@ exposure test). ``vs_production``: the gate's paired NDCG@10 difference on the n
 held-out pairs and its 95% interval. ``gate_seconds``: the held-out evaluation and the gate.
 One JSON line per seed, then a summary line (means over seeds).
 
+``--anchors`` (first seed only): a base policy (``--policy-updates`` x 2 updates) on the base
+reward, then ``parpo retrain --policy`` once per anchor mode (carry, decay, reset) from the same
+registry: the candidate policy's held-out metrics on the new data next to production's (the
+gate's paired per-task differences, true preference included) and its training means.
+
     nice python benchmarks/retrain.py --seeds 0 1 2
+    nice python benchmarks/retrain.py --seeds 0 --anchors
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ OVERRIDES = [
     "train.batch_size=1024",
     "train.epochs=60",
     "model.dim=32",
+    "train.eval_every_steps=2",  # a fine curve: the time to 99% is read at evaluations
+    "train.patience=20",  # 40 steps without a better evaluation, as the preset's 10 x 10
 ]
 
 
@@ -123,6 +131,87 @@ def one_seed(seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
 
 
+POLICY_FAST = [
+    "runtime.device=cpu",
+    "runtime.threads=1",
+    "policy.dim=16",
+    "policy.heads=2",
+    "policy.layers=1",
+    "train.tasks_per_update=32",
+    "train.group_size=4",
+    "train.progress_bar=false",
+]
+GATE = """reward:
+  - {set: new, metric: ndcg@10, margin: 1.0}
+policy:
+  - {set: warm, metric: hit@10, margin: 1.0}
+  - {set: warm, metric: true_preference, margin: 1.0}
+  - {set: warm, metric: task_quality, margin: 1.0}
+  - {set: cold, metric: true_preference, margin: 1.0}
+"""
+
+
+def anchor_modes(seed: int, args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    """One line per anchor mode: the candidate policy vs production (see the module docstring)."""
+    import shutil
+
+    from data_pipelines.synth import SynthConfig, write, write_continuation
+    from data_pipelines.synth.drift import ContinueConfig
+    from parpo.presets import load
+    from parpo.retrain.job import RetrainRequest, retrain
+    from parpo.trainer.config import PolicyTrainConfig
+    from parpo.trainer.pipeline import train_and_publish as policy_train
+    from reward_models.config import RewardConfig
+    from reward_models.pipeline import train_and_publish
+
+    world = SynthConfig(n_users=args.users, n_items=args.items, rounds=8, seed=seed)
+    drift = ContinueConfig(
+        rounds=2, new_users=args.users // 10, new_items=args.new_items, interest_drift=args.drift
+    )
+    write(world, root / "dir")
+    write_continuation(root / "dir", root / "new", drift)
+    cfg = load(RewardConfig, "reward", "dice", [*OVERRIDES, f"runtime.seed={seed}"])
+    train_and_publish(cfg, root / "dir", root / "REG", root / "base-run", label="dice")
+    pcfg = load(
+        PolicyTrainConfig, "policy", "default", [*POLICY_FAST, f"train.updates={2 * args.policy_updates}"]
+    )
+    policy_train(pcfg, root / "dir", root / "REG", run_dir=root / "policy-run")
+    (root / "gate.yaml").write_text(GATE)
+    rows = []
+    for mode in ("carry", "decay", "reset"):
+        reg = root / f"REG-{mode}"
+        shutil.copytree(root / "REG", reg)
+        req = RetrainRequest(
+            registry=reg, data=root / "new", policy=True, anchors=mode,
+            policy_updates=args.policy_updates, gate=str(root / "gate.yaml"),
+        )  # fmt: skip
+        out = retrain(req, say=lambda _line: None)
+        checks = json.loads((reg / "retrain" / out.record["key"] / "eval.json").read_text())["checks"]
+        policy = [c for c in checks if c["kind"] == "policy"]
+        version = reg / "policy" / out.record["candidate"]["policy"]
+        training = json.loads((version / "metrics.json").read_text())["training"]
+        rows.append(
+            {
+                "bench": "retrain_anchors",
+                "seed": seed,
+                "anchors": mode,
+                "updates": args.policy_updates,
+                "vs_production": {
+                    f"{c['set']}/{c['metric']}": {
+                        k: c.get(k) for k in ("candidate", "production", "diff", "ci_low", "ci_high")
+                    }
+                    for c in policy
+                },
+                "training_last_updates": {
+                    k: training[k]
+                    for k in ("reward/preference/mean", "report/hit@10", "report/task_quality")
+                    if k in training
+                },
+            }
+        )
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -130,7 +219,14 @@ def main() -> None:
     p.add_argument("--items", type=int, default=600)
     p.add_argument("--new-items", type=int, default=200)
     p.add_argument("--drift", type=float, default=0.3)
+    p.add_argument("--anchors", action="store_true", help="also compare the policy anchor modes")
+    p.add_argument("--policy-updates", type=int, default=10)
     args = p.parse_args()
+    if args.anchors:
+        with tempfile.TemporaryDirectory(prefix="parpo-retrain-bench-") as tmp:
+            for row in anchor_modes(args.seeds[0], args, Path(tmp)):
+                print(json.dumps(row), flush=True)
+        return
     rows = []
     for seed in args.seeds:
         with tempfile.TemporaryDirectory(prefix="parpo-retrain-bench-") as tmp:

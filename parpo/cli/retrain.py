@@ -61,14 +61,22 @@ def retrain(
 ) -> None:
     """Retrain the reward model on fresh data, gate it against production, promote it or keep it
     as `challenger`. Exit 0 promoted or no new data, 3 gated, 1 error."""
+    from pydantic import ValidationError
+
     from parpo.retrain.job import RetrainRequest
     from parpo.retrain.job import retrain as run
+    from parpo_core.errors import UserError
 
-    req = RetrainRequest(
-        registry=registry, data=data, base=base, window=window, replay=replay, policy=policy, anchors=anchors,
-        policy_updates=policy_updates,
-        gate=gate, lr_scale=lr_scale, overrides=list(overrides or []),
-    )  # fmt: skip
+    try:
+        req = RetrainRequest(
+            registry=registry, data=data, base=base, window=window, replay=replay, policy=policy,
+            anchors=anchors, policy_updates=policy_updates, gate=gate, lr_scale=lr_scale,
+            overrides=list(overrides or []),
+        )  # fmt: skip
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = str(err["loc"][0]).replace("_", "-")
+        raise UserError(f"--{flag}: {err['msg']} (got {err.get('input')!r})") from None
     out = run(req)
     if as_json:
         typer.echo(json.dumps(out.record | {"replayed": out.replayed}, indent=2))

@@ -149,6 +149,8 @@ def test_no_new_data_is_an_outcome_not_an_error(world, reg):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["status"] == "no_new_data"
     assert len(versions(reg)) == 1
+    line = _one_error_line(retrain(reg, world["new"], "--policy"))  # this registry holds no policy
+    assert "no policy versions yet" in line
 
 
 def test_data_that_does_not_extend_the_base_is_one_line(world, reg, tmp_path):
@@ -174,6 +176,8 @@ def test_a_corrupted_base_is_one_line_and_touches_nothing(world, reg):
     assert len(versions(reg)) == 1 and not list((reg / "retrain").glob("*/*.json"))
     line = _one_error_line(retrain(reg, world["new"], "--window", "last:week"))
     assert "--window 'last:week'" in line
+    line = _one_error_line(retrain(reg, world["new"], "--anchors", "keep"))
+    assert line == "error: --anchors: Input should be 'carry', 'decay' or 'reset' (got 'keep')"
 
 
 def test_a_second_retrain_waits_for_the_lock_and_says_so(world, reg):
