@@ -159,7 +159,7 @@ def warm_start(
         )
     user_ids, item_ids = data.user_ids(), data.item_ids()
     uv, _ = base.user_vectors(user_ids, profiles)
-    iv, icold, _ = base._item_vectors(item_ids)
+    iv, icold = base.item_vectors(item_ids)
     user = torch.cat([uv[b] for b in branches], 1)
     item = torch.cat([iv[b] for b in branches], 1)
     n_base_items = len(base.item_index)
