@@ -14,6 +14,7 @@ import select
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from parpo.trainer.pipeline import train_and_publish as policy_train
 from tests.cli.test_cli import _one_error_line
 from tests.plugins.policies import fast_config
 from tests.plugins.rewards import reward_config
+from tests.serving.helpers import client, small_config, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -218,12 +220,23 @@ def test_policy_retrain_moves_the_reward_pointer_first_and_the_policy_last(world
     args = ("--policy", "--policy-updates", "2", "--gate", str(lenient))
     res = retrain(reg, world["new"], *args, env={"PARPO_RETRAIN_CRASH_AT": "reward-promoted"})
     assert res.returncode == -9, res.stderr
-    # killed between the two moves: the server still follows the base policy and its reward
+    # killed between the two moves: a server following production still answers with the base
+    # policy and the reward version its lineage names, not the reward pointer's new target
     cand_reward = pointer(reg, "production")
     assert cand_reward != base_reward and pointer(reg, "production", "policy") == base_policy
-    res = retrain(reg, world["new"], *args)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout)
+    with client(reg, tmp_path / "events", cfg=small_config(poll_s=0.05)) as c:
+        wait_ready(c)
+        serving = c.get("/v1/models").json()["serving"]
+        assert (serving["policy_version"], serving["reward_version"]) == (base_policy, base_reward)
+        res = retrain(reg, world["new"], *args)  # the rerun completes the promotion
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        end = time.monotonic() + 60
+        while c.get("/v1/models").json()["serving"]["policy_version"] != out["candidate"]["policy"]:
+            assert time.monotonic() < end, "the server did not follow the promotion"
+            time.sleep(0.05)
+        act = c.post("/v1/act", json={"request_id": "after-retrain", "user_id": "u0001"}).json()
+        assert (act["policy_version"], act["reward_version"]) == (out["candidate"]["policy"], cand_reward)
     assert "completing the promotion an interrupted retrain began" in res.stderr
     assert out["promoted"] == out["candidate"] and out["candidate"]["reward"] == cand_reward
     cand_policy = out["candidate"]["policy"]
