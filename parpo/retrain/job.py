@@ -9,10 +9,12 @@ Steps, each ending in a record under ``REG/retrain/<key>/`` (``parpo.retrain.jou
 3. ``reward``   the candidate: warm-started from the base, trained on the window plus replay,
                 published (its lineage names the base as parent and the retrain key, so a run
                 killed after the publish finds it instead of training again).
+   ``policy``   with ``--policy``: the production policy grown to the new catalogue, a short run
+                against the candidate reward, published (``parpo.retrain.policy_steps``).
 4. ``eval``     candidate and production ranked on both sets, user by user.
 5. ``gate``     the checks of the gate config (``parpo.retrain.gate``).
-6. ``promote``  pass: the intent, then the reward pointer (policies, once retrained, move last:
-                the commit point); fail: the candidate becomes ``challenger``.
+6. ``promote``  pass: the intent, then the reward pointer, then the policy's (the commit point:
+                servers follow the policy); fail: the candidates become ``challenger``.
 7. ``outcome``  status and exit code (0 promoted or no new data, 3 gated).
 
 A second run on the same inputs answers with the first run's outcome; a promotion a killed run
@@ -21,7 +23,6 @@ started is completed by the next run, whatever its inputs.
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -32,8 +33,9 @@ from typing import Any
 from pydantic import Field
 
 from parpo.retrain.gate import GateConfig, decide, judge
-from parpo.retrain.journal import FOLDER, Journal, crash_point, digest, job_lock, journals
+from parpo.retrain.journal import FOLDER, Journal, crash_point, digest, job_lock, journals, published_by
 from parpo.retrain.policy import AnchorMode
+from parpo.retrain.policy_steps import policy_candidate, policy_checks, policy_inputs
 from parpo_core.config import StrictModel
 from parpo_core.errors import UserError
 
@@ -106,7 +108,7 @@ def _run(reg, root: Path, req: RetrainRequest, gate: GateConfig, say) -> Outcome
     label = f"{base.label}/config.yaml" + (" (with overrides)" if req.overrides else "")
     lr = validate(RewardConfig, base.config, base.label).train.lr * req.lr_scale
     cfg = validate(RewardConfig, apply_overrides(base.config, [f"train.lr={lr!r}", *req.overrides]), label)
-    policy = _policy_inputs(reg, req) if req.policy else None
+    policy = policy_inputs(reg, req) if req.policy else None
     inputs = {
         "data_fingerprint": ds.fingerprint,
         "window": req.window,
@@ -133,18 +135,6 @@ def _run(reg, root: Path, req: RetrainRequest, gate: GateConfig, say) -> Outcome
     except UserError as e:
         j.write("error", {"error": str(e)})
         raise
-
-
-def _policy_inputs(reg, req: RetrainRequest) -> dict[str, Any]:
-    """The production policy (the base of ``--policy``), its config for the warm-started run, and
-    the run's settings (updates from the ``retrain`` policy preset unless given)."""
-    from parpo.presets import apply_overrides, read_preset, validate
-    from parpo.trainer.config import PolicyTrainConfig
-
-    v = reg.open("policy", "production")  # verified
-    updates = req.policy_updates or read_preset("policy", "retrain")[1]["train"]["updates"]
-    cfg = validate(PolicyTrainConfig, apply_overrides(v.config, [f"train.updates={updates}"]), v.label)
-    return {"base": v.name, "cfg": cfg, "anchors": req.anchors, "updates": updates}
 
 
 def _steps(
@@ -186,7 +176,7 @@ def _steps(
             )
     cand = {"reward": _candidate(reg, j, req, cfg, ds, base, say)}
     if policy:
-        cand["policy"] = _policy_candidate(reg, j, ds, policy, cand["reward"], say)
+        cand["policy"] = policy_candidate(reg, j, ds, policy, cand["reward"], say)
     evaluated = _evaluate(j, reg, head["production"], cand, h, gate, ds)
     decision = j.read("gate") or j.write(
         "gate",
@@ -228,7 +218,7 @@ def _candidate(reg, j: Journal, req, cfg, ds, base, say) -> str:
         {"data": ds.fingerprint, "base": base.name, "window": req.window, "replay": req.replay,
          "overrides": req.overrides, "lr_scale": req.lr_scale}
     )[:16]  # fmt: skip
-    found = _published_by(reg, "reward", train_key)
+    found = published_by(reg, "reward", train_key)
     t0 = time.perf_counter()
     reused = found is not None
     if found is None:
@@ -245,89 +235,6 @@ def _candidate(reg, j: Journal, req, cfg, ds, base, say) -> str:
     record = {"version": found, "parent": base.name, "train_key": train_key, "reused": reused}
     j.write("reward", record | {"seconds": round(time.perf_counter() - t0, 3)})
     return found
-
-
-def _published_by(reg, kind: str, key: str) -> str | None:
-    """The version of ``kind`` trained on these inputs (its lineage's ``extra.retrain_key``), if any."""
-    kdir = reg.kind_dir(kind)
-    for name in reversed(reg.versions(kind)):
-        try:
-            extra = json.loads((kdir / name / "lineage.json").read_text()).get("extra") or {}
-        except (OSError, ValueError):
-            continue
-        if extra.get("retrain_key") == key:
-            return name
-    return None
-
-
-def _policy_candidate(reg, j: Journal, ds, policy: dict[str, Any], reward: str, say) -> str:
-    """The candidate policy: warm-started from the production policy against the candidate reward
-    version (``parpo.retrain.policy``), a short run, published with the base as parent."""
-    from parpo.env.source import EnvSource
-    from parpo.policy.bundle import PolicyBundle
-    from parpo.retrain.policy import carried_anchors, grow
-    from parpo.trainer.loop import PolicyInit
-    from parpo.trainer.pipeline import train_and_publish
-
-    rec = j.read("policy")
-    if rec is not None:
-        return rec["version"]
-    cfg = policy["cfg"]
-    train_key = digest({"reward": reward, "base": policy["base"], "anchors": policy["anchors"],
-                        "config": cfg.model_dump(mode="json")})[:16]  # fmt: skip
-    found = _published_by(reg, "policy", train_key)
-    t0 = time.perf_counter()
-    reused, warm = found is not None, {}
-    if found is None:
-        bundle = PolicyBundle.load(reg.root, policy["base"])
-        src = EnvSource.load(ds.root, reg.root, reward, cfg.env)
-        grown, predicted = grow(bundle, src.reward_model, src.catalogue)
-        anchors = carried_anchors(bundle, policy["anchors"])
-        warm = {"items_from_features": predicted, "anchors": policy["anchors"],
-                "anchor_users": 0 if anchors is None else int(anchors["user"].numel())}  # fmt: skip
-        say(f"training the candidate policy from {bundle.version.label} ({cfg.train.updates} updates)")
-        run = j.path / "policy-run"
-        shutil.rmtree(run, ignore_errors=True)
-        out = train_and_publish(
-            cfg, ds.root, reg.root, reward_version=reward, run_dir=run, preset=f"retrain of {policy['base']}",
-            init=PolicyInit(grown.net.state_dict(), anchors), parent=policy["base"],
-            extra={"retrain_key": train_key, "warm_start": warm},
-        )  # fmt: skip
-        found = out.version.name
-    crash_point("policy-published")
-    record = {"version": found, "parent": policy["base"], "train_key": train_key, "reused": reused}
-    j.write("policy", record | {"warm_start": warm, "seconds": round(time.perf_counter() - t0, 3)})
-    return found
-
-
-def _policy_checks(reg, production: str, cand: dict[str, str], ds, gate: GateConfig) -> list[dict[str, Any]]:
-    """The gate's policy checks: candidate and production (grown to the new catalogue, reading its
-    own reward version) greedy on the same held-out tasks of the new data, paired per task."""
-    import numpy as np
-    import polars as pl
-
-    from parpo.env.source import EnvSource
-    from parpo.evaluation.sample import sample_tasks
-    from parpo.policy.bundle import PolicyBundle
-    from parpo.retrain.policy import grow, per_task
-
-    mine = PolicyBundle.load(reg.root, cand["policy"])
-    theirs = PolicyBundle.load(reg.root, production)
-    src = EnvSource.load(ds.root, reg.root, cand["reward"], mine.env)
-    prod, _ = grow(theirs, theirs.reward_model, src.catalogue)
-    tasks = {p: sample_tasks(src.tasks(p, capped=False), gate.tasks, gate.seed) for p in ("warm", "cold")}
-    env = src.env()
-    a, b = per_task(env, mine.policy, tasks, gate.seed), per_task(env, prod, tasks, gate.seed)
-    joined = a.join(b, on=["part", "task_id"], suffix="_prod") if a.height else a
-    checks = []
-    for c in gate.policy:
-        rows = joined.filter(pl.col("part") == c.set) if joined.height else joined
-        if c.metric in rows.columns and f"{c.metric}_prod" in rows.columns:
-            va, vb = rows[c.metric].to_numpy(), rows[f"{c.metric}_prod"].to_numpy()
-        else:
-            va = vb = np.zeros(0)
-        checks.append({"kind": "policy"} | judge(c, va.astype(float), vb.astype(float), gate))
-    return checks
 
 
 def _evaluate(
@@ -364,7 +271,7 @@ def _evaluate(
             for s, d in per_set.items()
         }
     if "policy" in cand:
-        checks += _policy_checks(reg, production["policy"], cand, ds, gate)
+        checks += policy_checks(reg, production["policy"], cand, ds, gate)
     return j.write(
         "eval",
         {"versions": models, "means": means, "checks": checks, "seconds": round(time.perf_counter() - t0, 3)},

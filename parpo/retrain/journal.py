@@ -92,3 +92,16 @@ def journals(root: Path) -> list[Journal]:
     """Every retrain folder under ``root``, oldest first (by the time of its ``read`` record)."""
     found = [Journal(p) for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
     return sorted(found, key=lambda j: ((j.read("read") or {}).get("at", ""), j.key))
+
+
+def published_by(reg, kind: str, key: str) -> str | None:
+    """The version of ``kind`` trained on these inputs (its lineage's ``extra.retrain_key``), if any."""
+    kdir = reg.kind_dir(kind)
+    for name in reversed(reg.versions(kind)):
+        try:
+            extra = json.loads((kdir / name / "lineage.json").read_text()).get("extra") or {}
+        except (OSError, ValueError):
+            continue
+        if extra.get("retrain_key") == key:
+            return name
+    return None
