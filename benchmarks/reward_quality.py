@@ -59,7 +59,17 @@ VARIANTS = {
             "train.eval_every_steps=0",
             "eval.valid_users=0",
         ],
-    )
+    ),
+    # candidate: conformity explained by popularity only, no cause-term decay, L2 on the id rows
+    "dice_pop": (
+        "dice",
+        [
+            "model.conformity=popularity",
+            "sampler.loss_decay=1",
+            "train.reg=1.0",
+            "model.dim=128",
+        ],
+    ),
 }
 
 

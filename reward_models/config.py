@@ -62,6 +62,14 @@ class ModelConfig(StrictModel):
         0.0, ge=0, description="popularity re-weighting exponent (interest: rare positives up; 0 = off)"
     )
     features: FeatureConfig = FeatureConfig()
+    conformity: Literal["embedding", "popularity"] = Field(
+        "embedding",
+        description="item side of the conformity branch: embedding = a free row per item (DICE); "
+        "popularity = the row of the item's train-popularity bucket, so the branch explains popularity only",
+    )
+    popularity_buckets: int = Field(
+        16, ge=2, description="conformity: popularity buckets floor(log2(1 + distinct train users)), capped"
+    )
 
 
 class ExposureConfig(StrictModel):

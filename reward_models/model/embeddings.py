@@ -18,6 +18,14 @@ Hybrid embeddings (``user_features`` / ``item_features``, sparse [n, F] matrices
 ``e_i + X_i W`` on every branch, so a sparse item shares strength with items of its category,
 attributes and price. The composed rows are what every loss, the discrepancy, LightGCN and
 ``export`` read: the readout sees plain vectors, as before.
+
+Popularity conformity (``item_buckets``): an item's conformity vector is the row of its
+popularity bucket, ``i_con = P[bucket(i)]``, instead of a free id row. DICE's conformity is the
+user's response to popularity; with free rows the click loss fills both branches with the same
+taste (measured on the synthetic world: the conformity branch ranked the true interest as well
+as the interest branch did), so the cause terms must hold the split alone. With bucket rows the
+branch can only express "how much does this user follow popularity, per popularity level", and
+whatever else the clicks say has to go to the interest branch. The user side is unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -120,6 +129,14 @@ class _PairDifference(torch.autograd.Function):
         return g_users, g_items, None, None, None, None
 
 
+def popularity_buckets(popularity: np.ndarray, n_buckets: int) -> Tensor:
+    """Bucket [n] int64 of each item's train popularity (distinct users): ``floor(log2(1 + pop))``
+    capped at ``n_buckets - 1``. Fixed edges, not quantiles: a bucket means the same popularity in
+    every dataset and retrain, and an item never seen is in bucket 0."""
+    b = np.floor(np.log2(1.0 + np.maximum(np.asarray(popularity, dtype=np.float64), 0.0)))
+    return torch.from_numpy(np.minimum(b, n_buckets - 1).astype(np.int64))
+
+
 def _rows(users: Tensor, items: Tensor, user: Tensor, pos: Tensor, neg: Tensor) -> tuple[Tensor, Tensor]:
     """Fresh (writable) user rows and positive-minus-negative item rows, [c, nb * d] each."""
     dif = items.index_select(0, pos)
@@ -148,7 +165,11 @@ class CausalEmbeddings(nn.Module):
         generator: torch.Generator | None = None,
         user_features: Tensor | None = None,
         item_features: Tensor | None = None,
+        item_buckets: Tensor | None = None,
+        n_buckets: int = 0,
     ) -> None:
+        """``item_buckets`` [n_items] int64 in [0, n_buckets): popularity conformity (module
+        docstring); the ``item`` table and the item feature rows then hold the interest branch only."""
         super().__init__()
         if backbone not in ("mf", "lightgcn"):
             raise ValueError(f"unknown backbone {backbone!r} (mf or lightgcn)")
@@ -158,15 +179,21 @@ class CausalEmbeddings(nn.Module):
         self.backbone, self.n_layers = backbone, n_layers
         self.branches: tuple[str, ...] = BRANCHES if disentangle else ("interest",)
         nb = len(self.branches)
+        self.item_buckets = item_buckets if disentangle else None  # plain attribute, like adj
+        width = {"user": nb * dim, "item": dim if self.item_buckets is not None else nb * dim}
         for side, n in (("user", n_users), ("item", n_items)):
-            w = torch.empty(n, nb * dim)
+            w = torch.empty(n, width[side])
             w.normal_(0.0, init_std, generator=generator)
             self.register_parameter(side, nn.Parameter(w))
+        if self.item_buckets is not None:
+            w = torch.empty(n_buckets, dim)
+            w.normal_(0.0, init_std, generator=generator)
+            self.item_pop = nn.Parameter(w)
         # Feature rows start at zero: the model starts as the id-only one, features grow as they help.
         self.features = {"user": user_features, "item": item_features}  # plain attributes, like adj
         for side, x in self.features.items():
             if x is not None:
-                self.register_parameter(f"{side}_feat", nn.Parameter(torch.zeros(x.shape[1], nb * dim)))
+                self.register_parameter(f"{side}_feat", nn.Parameter(torch.zeros(x.shape[1], width[side])))
         self.adj = adj  # plain attribute: never in state_dict, moved by ``to`` below
 
     @property
@@ -178,19 +205,34 @@ class CausalEmbeddings(nn.Module):
         if self.adj is not None:
             self.adj = fn(self.adj)
         self.features = {k: fn(x) if x is not None else None for k, x in self.features.items()}
+        if self.item_buckets is not None:
+            self.item_buckets = fn(self.item_buckets)
         return out
 
-    def raw(self, side: str, branch: str) -> Tensor:
-        """The parameter rows of one branch (a view) [n, dim]."""
-        k = self.branches.index(branch)
-        return getattr(self, side)[:, k * self.dim : (k + 1) * self.dim]
+    @torch.no_grad()
+    def set_rows(self, user: Tensor, item: Tensor) -> None:
+        """Set the id tables from scored rows user [n_users, nb * d], item [n_items, nb * d] (a warm
+        start; feature rows are zero then, so ``composed`` returns these rows). With popularity
+        conformity each bucket's row is the mean conformity row of its items (0 when empty)."""
+        self.user.copy_(user)
+        if self.item_buckets is None:
+            self.item.copy_(item)
+            return
+        self.item.copy_(item[:, : self.dim])
+        sums = torch.zeros_like(self.item_pop).index_add_(0, self.item_buckets, item[:, self.dim :])
+        counts = torch.bincount(self.item_buckets, minlength=self.item_pop.shape[0]).clamp(min=1)
+        self.item_pop.copy_(sums / counts[:, None].to(sums.dtype))
 
     def composed(self, side: str) -> Tensor:
-        """Id rows plus feature rows of one side [n, nb * dim] (the id table itself without features)."""
+        """Id rows plus feature rows of one side [n, nb * dim] (the id table itself without
+        features), then the popularity rows of the item conformity branch when it has them."""
         x = self.features[side]
-        if x is None:
-            return getattr(self, side)
-        return getattr(self, side) + torch.sparse.mm(x, getattr(self, f"{side}_feat"))
+        rows = getattr(self, side)
+        if x is not None:
+            rows = rows + torch.sparse.mm(x, getattr(self, f"{side}_feat"))
+        if side == "item" and self.item_buckets is not None:
+            rows = torch.cat([rows, self.item_pop.index_select(0, self.item_buckets)], dim=1)
+        return rows
 
     def tables(self) -> Tables:
         """The scored vectors of every user and item (LightGCN: one propagation for all branches)."""
@@ -214,8 +256,9 @@ class CausalEmbeddings(nn.Module):
         sq = None
         if sq_norm:
             # With features, the id rows alone: shrinking them lets the shared feature rows carry
-            # what sparse rows cannot learn (without features these are the scored rows of mf).
-            hybrid = any(x is not None for x in self.features.values())
+            # what sparse rows cannot learn (without features these are the scored rows of mf);
+            # popularity buckets are shared rows too.
+            hybrid = self.item_buckets is not None or any(x is not None for x in self.features.values())
             u_rows, i_rows = (self.user, self.item) if hybrid else (t.user_all, t.item_all)
             rows = (F.embedding(user, u_rows), F.embedding(pos, i_rows), F.embedding(neg, i_rows))
             sq = sum(r.pow(2).sum() for r in rows)

@@ -28,7 +28,7 @@ from reward_models.data import RewardData
 from reward_models.evaluate import users_ranking
 from reward_models.exposure import exposure_logloss
 from reward_models.losses import StepWeights, dice_loss, discrepancy
-from reward_models.model import CausalEmbeddings, normalized_adjacency
+from reward_models.model import CausalEmbeddings, normalized_adjacency, popularity_buckets
 from reward_models.profile.fit import link_init
 from reward_models.selection import UNIFORM, choose, load_uniform_half
 
@@ -38,6 +38,7 @@ VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
 def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
     """The embedding model for ``data``, initialised from ``runtime.seed``."""
     m = cfg.model
+    popular = m.disentangle and m.conformity == "popularity"
     adj = None
     if m.backbone == "lightgcn":
         adj = normalized_adjacency(data.train_user, data.train_item, data.n_users, data.n_items)
@@ -53,6 +54,8 @@ def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
         generator=torch.Generator().manual_seed(cfg.runtime.seed),
         user_features=data.user_features.matrix if data.user_features is not None else None,
         item_features=data.item_features.matrix if data.item_features is not None else None,
+        item_buckets=popularity_buckets(data.popularity, m.popularity_buckets) if popular else None,
+        n_buckets=m.popularity_buckets,
     )
 
 
@@ -81,9 +84,7 @@ class RewardModule(pl.LightningModule):
             self.register_buffer("profile", profile.float(), persistent=False)
             self.profile_map = torch.nn.Linear(profile.shape[1], self.model.user.shape[1])
         if init is not None:  # after the link: a warm start sets every row
-            with torch.no_grad():
-                self.model.user.copy_(init[0])
-                self.model.item.copy_(init[1])
+            self.model.set_rows(*init)
         s, m = cfg.sampler, cfg.model
         self.curriculum = Curriculum(s.margin, s.margin_decay, m.weights.int, m.weights.con, s.loss_decay)
         self._val: dict[str, torch.Tensor] = {}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from reward_models.model import CausalEmbeddings, normalized_adjacency, propagate
+from reward_models.model import CausalEmbeddings, normalized_adjacency, popularity_buckets, propagate
 from reward_models.model.embeddings import CHUNK, _PairDifference
 
 
@@ -50,8 +50,8 @@ def test_lightgcn_model_tables_and_gradients():
         3, 3, 4, backbone="lightgcn", n_layers=2, adj=adj, generator=torch.Generator().manual_seed(0)
     )
     t = m.tables()
-    for b in ("interest", "conformity"):
-        e0 = torch.cat([m.raw("user", b), m.raw("item", b)]).detach().numpy()
+    for k, b in enumerate(("interest", "conformity")):
+        e0 = torch.cat([m.composed("user"), m.composed("item")])[:, k * 4 : (k + 1) * 4].detach().numpy()
         ref = dense_reference(user, item, 3, 3, e0, 2)
         np.testing.assert_allclose(torch.cat([t.user[b], t.item[b]]).detach().numpy(), ref, atol=1e-5)
     s = m(torch.tensor([0, 1]), torch.tensor([0, 2]), torch.tensor([1, 1]))
@@ -106,3 +106,37 @@ def test_squared_norms_of_the_rows():
     want = sum(float((x * x).sum()) for x in (m.user[u].detach(), m.item[i].detach(), m.item[j].detach()))
     assert s.sq_norm is not None and s.sq_norm.item() == pytest.approx(want)
     assert m(u, i, j).sq_norm is None
+
+
+def test_popularity_buckets_are_log2_of_one_plus_popularity_capped():
+    b = popularity_buckets(np.array([0, 1, 2, 3, 7, 8, 1000, 10**9]), 12)
+    assert b.tolist() == [0, 1, 1, 2, 3, 3, 9, 11]
+
+
+def test_popularity_conformity_items_of_one_bucket_share_their_conformity_vector():
+    buckets = torch.tensor([0, 2, 2, 1, 0])
+    m = CausalEmbeddings(
+        4, 5, 3, item_buckets=buckets, n_buckets=3, generator=torch.Generator().manual_seed(3)
+    )
+    assert m.item.shape == (5, 3) and m.item_pop.shape == (3, 3)  # the id table: interest only
+    exp = m.export()
+    torch.testing.assert_close(exp["item_conformity"], m.item_pop.detach()[buckets])
+    torch.testing.assert_close(exp["item_interest"], m.item.detach())
+    s = m(torch.tensor([0, 1]), torch.tensor([1, 3]), torch.tensor([2, 4]))
+    # items 1 and 2 share bucket 2: their conformity scores are equal, so the difference is 0
+    assert float(s.diff["conformity"][0].detach()) == 0.0
+    s.click.sum().backward()
+    assert float(m.item_pop.grad[[0, 1]].abs().sum()) > 0  # buckets 1 (item 3) and 0 (item 4) learn
+    assert float(m.item_pop.grad[2].abs().sum()) == 0.0  # bucket 2's two items cancel in the pair
+
+
+def test_set_rows_with_popularity_conformity_gives_each_bucket_its_items_mean():
+    buckets = torch.tensor([0, 2, 2, 1, 0])
+    m = CausalEmbeddings(4, 5, 3, item_buckets=buckets, n_buckets=4)
+    user, item = torch.randn(4, 6), torch.randn(5, 6)
+    m.set_rows(user, item)
+    exp = m.export()
+    torch.testing.assert_close(exp["user_interest"], user[:, :3])
+    torch.testing.assert_close(exp["item_interest"], item[:, :3])
+    torch.testing.assert_close(m.item_pop.detach()[2], item[[1, 2], 3:].mean(0))
+    torch.testing.assert_close(m.item_pop.detach()[3], torch.zeros(3))  # no item in bucket 3
