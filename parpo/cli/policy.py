@@ -81,26 +81,46 @@ def train(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue exactly from RUN/last.ckpt.")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
+    ] = False,
     overrides: Overrides = None,
 ) -> None:
     """Train a policy on the reward version's split and publish it as a new `policy` version."""
-    from parpo.cli.console import console
+    from parpo.cli.console import console, stdout_for_json
     from parpo.presets import write_resolved
     from parpo.trainer.pipeline import train_and_publish
 
     cfg = load_config(config, algo, group_size, overrides)
-    outcome = train_and_publish(
-        cfg, data, registry, reward_version=reward_version, run_dir=out, resume=resume, preset=config
-    )
+    with stdout_for_json(as_json):
+        outcome = train_and_publish(
+            cfg, data, registry, reward_version=reward_version, run_dir=out, resume=resume, preset=config
+        )
     if outcome is None or not is_rank_zero():
         return
     write_resolved(cfg, outcome.run_dir / "config.yaml")
+    if as_json:
+        typer.echo(json.dumps(outcome_json(outcome), default=float))
+        return
     s = outcome.summary
     console.print(
         f"last updates: preference {s.get('reward/preference/mean', 0):.3f}  task_quality "
         f"{s.get('report/task_quality', 0):.3f}  hit@10 {s.get('report/hit@10', 0):.3f}; run folder {outcome.run_dir}"
     )
     typer.echo(f"published {outcome.version.label}")
+
+
+def outcome_json(outcome: Any) -> dict[str, Any]:
+    """``parpo policy train --json``: the published version, the reward version it was trained
+    against and the means of the last updates' metrics."""
+    return {
+        "published": outcome.version.label,
+        "version": outcome.version.name,
+        "reward_version": outcome.version.lineage.reward,
+        "run_dir": str(outcome.run_dir),
+        "summary": outcome.summary,
+    }
 
 
 TASKS_OPTION = typer.Option(
