@@ -42,14 +42,12 @@ def run_training(
     cfg, data: Path, registry: Path, out: Path | None, resume: Path | None, label: str, quiet: bool = False
 ):
     """Train + evaluate + publish (rank 0 prints); returns the outcome or None on other ranks."""
-    from parpo.presets import write_resolved
-    from reward_models.pipeline import train_and_publish
+    from parpo.api.train import publish_reward
 
     rank0 = is_rank_zero()
-    outcome = train_and_publish(cfg, data, registry, out, resume=resume, label=label)
+    outcome = publish_reward(cfg, data, registry, out, resume, label)
     if outcome is None or not rank0:
         return None
-    write_resolved(cfg, outcome.run_dir / "config.yaml")
     if not quiet:
         print_outcome(outcome)
     return outcome
