@@ -51,16 +51,17 @@ def _top_rejects(out: Path, ingest_id: str | None = None, n: int = 5) -> list[tu
     return list(zip(top["reason"].to_list(), top["len"].to_list(), strict=True))
 
 
-def _write_splits(out: Path, cfg) -> None:
-    from data_pipelines.dataset import Dataset
-    from data_pipelines.splits import write_all
+def _print_splits(paths: dict[str, Path], cfg) -> None:
     from parpo.cli.console import console
 
-    paths = write_all(
-        Dataset(out), seed=cfg.split.seed, rule=cfg.split.positives, algorithm=cfg.split.algorithm
-    )
     if paths:
         console.print(f"splits: {', '.join(sorted(paths))} (seed {cfg.split.seed})")
+
+
+def _write_splits(out: Path, cfg) -> None:
+    from parpo.api.data import write_splits
+
+    _print_splits(write_splits(out, cfg), cfg)
 
 
 @app.command()
@@ -88,25 +89,22 @@ def ingest(
 
     Appending to an existing DIR is one transaction; re-ingesting the same file is a no-op.
     """
-    from data_pipelines.adapters import open_source
-    from data_pipelines.ingest import ingest as run_ingest
+    from parpo.api.data import ingest as run_ingest
     from parpo.cli.console import console, progress, summary_table
-    from parpo.presets import write_resolved
 
     cfg = _config(config, overrides)
-    src = open_source(source, input, map)
     with progress(f"ingest {source}") as advance:
-        summary = run_ingest(src, out, progress=advance)
-    if summary.get("noop"):
+        res = run_ingest(
+            source=source, input=input, out=out, map=map, splits=splits, config=cfg, progress=advance
+        )
+    if res.unchanged:
         console.print(f"[yellow]already ingested[/]: {input} (same sha256); {out} unchanged")
         return
-    write_resolved(cfg, out / "config.yaml")
-    last = summary["ingests"][-1]
-    console.print(summary_table(summary, _top_rejects(out, last["id"])))
+    last = res.summary["ingests"][-1]
+    console.print(summary_table(res.summary, _top_rejects(out, last["id"])))
     if last["rows_rejected"]:
         console.print(f"{last['rows_rejected']:,} rejected lines with reasons: {out / last['rejects']}")
-    if splits:
-        _write_splits(out, cfg)
+    _print_splits(res.splits, cfg)
 
 
 @app.command()
@@ -156,7 +154,6 @@ def synth(
     new users and items appear and a share of users' interests drift (docs/synthetic.md).
     """
     from parpo.cli.console import console, summary_table
-    from parpo.presets import write_resolved
     from parpo_core.errors import UserError
 
     grow = {"new_users": new_users, "new_items": new_items, "interest_drift": interest_drift}
@@ -184,10 +181,11 @@ def synth(
         return
     if out is None:
         raise UserError("give --out DIR (a dataset folder to create) or --csv FILE")
-    summary = gen.write(cfg.synth, out, splits=False)
-    write_resolved(cfg, out / "config.yaml")
-    console.print(summary_table(summary))
-    _write_splits(out, cfg)
+    from parpo.api.data import synth as run_synth
+
+    res = run_synth(out=out, config=cfg)
+    console.print(summary_table(res.summary))
+    _print_splits(res.splits, cfg)
 
 
 def _continue(src: Path, out: Path | None, spec: dict, clash: list[str], cfg: DataConfig) -> None:

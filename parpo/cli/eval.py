@@ -114,17 +114,15 @@ def ope_version(
     as_json: bool = False,
 ) -> None:
     """``parpo eval ope --policy V``: estimate, record in V's evals/, print (or JSON lines)."""
+    from parpo.api.evaluate import ope
     from parpo.cli.console import console
-    from parpo.evaluation.ope.policy import evaluate_served, record_served
-    from parpo.policy.bundle import PolicyBundle
+    from parpo_core.artefacts import Registry
 
-    bundle = PolicyBundle.load(registry, version)
-    with console.status(f"replaying the logged requests with {bundle.version.name}"):
-        result = evaluate_served(
-            logs, bundle, logging_policies=loggers, reward_event=reward, samples=samples,
-            temperature=explore, n_boot=n_boot, seed=seed,
-        )  # fmt: skip
-    path = record_served(registry, logs, result)
+    name = Registry(registry).resolve("policy", version).name
+    with console.status(f"replaying the logged requests with {name}"):
+        done = ope(logs=logs, registry=registry, version=version, explore=explore, samples=samples,
+                   reward=reward, logging_policies=loggers, n_boot=n_boot, seed=seed)  # fmt: skip
+    path, result = done.path, done.result
     if as_json:
         for row in result["rows"]:
             typer.echo(

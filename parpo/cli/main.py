@@ -44,6 +44,9 @@ app.command("retrain")(retrain)
 
 def main() -> None:
     """Run the CLI; user errors become one ``error:`` line and exit status 1."""
+    from parpo.cli.console import hide_lightning_banner
+
+    hide_lightning_banner()
     try:
         app()
     except UserError as e:

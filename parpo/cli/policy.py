@@ -12,8 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from parpo_core.runs import is_rank_zero
-
 app = typer.Typer(
     help="Train, evaluate and run agent policies (tool calls + a personal slate) against a reward model.",
     no_args_is_help=True,
@@ -81,26 +79,42 @@ def train(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue exactly from RUN/last.ckpt.")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
+    ] = False,
     overrides: Overrides = None,
 ) -> None:
     """Train a policy on the reward version's split and publish it as a new `policy` version."""
-    from parpo.cli.console import console
-    from parpo.presets import write_resolved
-    from parpo.trainer.pipeline import train_and_publish
+    from parpo.api.train import publish_policy
+    from parpo.cli.console import console, stdout_for_json
 
     cfg = load_config(config, algo, group_size, overrides)
-    outcome = train_and_publish(
-        cfg, data, registry, reward_version=reward_version, run_dir=out, resume=resume, preset=config
-    )
-    if outcome is None or not is_rank_zero():
+    with stdout_for_json(as_json):
+        outcome = publish_policy(cfg, data, registry, reward_version, out, resume, config)
+    if outcome is None:
         return
-    write_resolved(cfg, outcome.run_dir / "config.yaml")
+    if as_json:
+        typer.echo(json.dumps(outcome_json(outcome), default=float))
+        return
     s = outcome.summary
     console.print(
         f"last updates: preference {s.get('reward/preference/mean', 0):.3f}  task_quality "
         f"{s.get('report/task_quality', 0):.3f}  hit@10 {s.get('report/hit@10', 0):.3f}; run folder {outcome.run_dir}"
     )
     typer.echo(f"published {outcome.version.label}")
+
+
+def outcome_json(outcome: Any) -> dict[str, Any]:
+    """``parpo policy train --json``: the published version, the reward version it was trained
+    against and the means of the last updates' metrics."""
+    return {
+        "published": outcome.version.label,
+        "version": outcome.version.name,
+        "reward_version": outcome.version.lineage.reward,
+        "run_dir": str(outcome.run_dir),
+        "summary": outcome.summary,
+    }
 
 
 TASKS_OPTION = typer.Option(
@@ -111,14 +125,9 @@ FULL_OPTION = typer.Option("--full", help="Evaluate every task (no sample), plan
 
 def eval_sample(tasks: int | None, full: bool) -> Any:
     """The ``EvalSample`` of the ``--tasks`` / ``--full`` options."""
-    from parpo.evaluation.sample import EvalSample
-    from parpo_core.errors import UserError
+    from parpo.api.evaluate import eval_sample as sample
 
-    if full and tasks is not None:
-        raise UserError("--tasks and --full exclude each other: --full evaluates every task")
-    if full:
-        return EvalSample.full()
-    return EvalSample() if tasks is None else EvalSample(warm=tasks, cold=tasks)
+    return sample(tasks, full, ("--tasks", "--full"))
 
 
 @app.command("eval")

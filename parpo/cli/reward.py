@@ -42,14 +42,12 @@ def run_training(
     cfg, data: Path, registry: Path, out: Path | None, resume: Path | None, label: str, quiet: bool = False
 ):
     """Train + evaluate + publish (rank 0 prints); returns the outcome or None on other ranks."""
-    from parpo.presets import write_resolved
-    from reward_models.pipeline import train_and_publish
+    from parpo.api.train import publish_reward
 
     rank0 = is_rank_zero()
-    outcome = train_and_publish(cfg, data, registry, out, resume=resume, label=label)
+    outcome = publish_reward(cfg, data, registry, out, resume, label)
     if outcome is None or not rank0:
         return None
-    write_resolved(cfg, outcome.run_dir / "config.yaml")
     if not quiet:
         print_outcome(outcome)
     return outcome
@@ -93,13 +91,35 @@ def train(
         Path | None,
         typer.Option("--resume", help="Continue exactly from a checkpoint (RUN/checkpoints/last.ckpt)."),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
+    ] = False,
     overrides: Overrides = None,
 ) -> None:
     """Train a reward model on a split, evaluate it, publish it as a new `reward` version (printed)."""
+    from parpo.cli.console import stdout_for_json
+
     cfg = load_config(config, split, overrides)
-    outcome = run_training(cfg, data, registry, out, resume, label=config)
-    if outcome is not None:
+    with stdout_for_json(as_json):
+        outcome = run_training(cfg, data, registry, out, resume, label=config, quiet=as_json)
+    if outcome is None:
+        return
+    if as_json:
+        typer.echo(json.dumps(outcome_json(outcome), default=float))
+    else:
         typer.echo(f"published {outcome.version.label}")
+
+
+def outcome_json(outcome: Any) -> dict[str, Any]:
+    """``parpo reward train --json``: the published version, its metrics and the training summary."""
+    return {
+        "published": outcome.version.label,
+        "version": outcome.version.name,
+        "run_dir": str(outcome.run_dir),
+        "metrics": outcome.metrics,
+        "training": outcome.training,
+    }
 
 
 @app.command("eval")

@@ -7,7 +7,6 @@ each following the registry's ``production`` pointer (docs/serving.md).
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 from typing import Annotated
 
@@ -37,34 +36,12 @@ def serve(
     ] = None,
 ) -> None:
     """Serve a trained policy over HTTP: /v1/act, /v1/events, /v1/models, /metrics."""
+    from parpo.api.serve import checked_app
     from parpo.presets import load
-    from parpo_core.artefacts import Registry
-    from serving.app import create_app
     from serving.config import ServeConfig
     from serving.runner import serve_forever
 
     cfg = load(ServeConfig, "serve", config, overrides)
-    folder_or_error(registry, "--registry")  # one error line now, not a traceback once serving
-    folder_or_error(events, "--events")
-    Registry(registry).resolve("policy", policy)  # a wrong registry or version is one error line, now
-    app = create_app(registry, policy=policy, events=events, cfg=cfg)
+    app = checked_app(registry, policy, events, cfg, ("--registry", "--events"))
     typer.echo(f"serving {registry} policy {policy} on http://{host}:{port} (logs in {events})")
     serve_forever(app, host, port)
-
-
-def folder_or_error(path: Path, flag: str) -> None:
-    """A UserError (one line) when ``path`` cannot be a folder: it is a file, it is below a file,
-    or it cannot be looked at. A folder not created yet is fine."""
-    from parpo_core.errors import UserError
-
-    for p in (path, *path.parents):
-        try:
-            st = p.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # not there yet (or below a file, found further up)
-        except OSError as e:
-            raise UserError(f"{flag} {path}: cannot look at {p} ({e.strerror})") from None
-        if stat.S_ISDIR(st.st_mode):
-            return
-        where = "is a file" if p == path else f"is inside {p}, which is a file"
-        raise UserError(f"{flag} {path} {where}; give a folder")
