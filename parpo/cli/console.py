@@ -14,6 +14,8 @@ from rich.table import Table
 
 #: Columns a console writing to a pipe or a file lays tables out in (rich's own default is 80).
 PIPE_WIDTH = 400
+#: Every `--registry` option reads this environment variable when the flag is absent.
+REGISTRY_ENV = "PARPO_REGISTRY"
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:

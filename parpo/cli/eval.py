@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from parpo.cli.console import REGISTRY_ENV
 from parpo.cli.policy import FULL_OPTION, TASKS_OPTION, eval_sample
 
 app = typer.Typer(help="Evaluate policies offline on logged data.", no_args_is_help=True)
@@ -35,7 +36,10 @@ def ope(
         ),
     ],
     registry: Annotated[
-        Path | None, typer.Option("--registry", "-r", help="Registry holding --policy when it is a version.")
+        Path | None,
+        typer.Option(
+            "--registry", "-r", help="Registry holding --policy when it is a version.", envvar=REGISTRY_ENV
+        ),
     ] = None,
     prior: Annotated[
         Path | None,
@@ -214,7 +218,7 @@ EXTRA_ARGS = {"allow_extra_args": True}
 @app.command(context_settings=EXTRA_ARGS)
 def compare(
     ctx: typer.Context,
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.", envvar=REGISTRY_ENV)],
     policies: Annotated[
         list[str], typer.Option("--policies", "-p", help="Two or more policy versions: --policies V1 V2 ...")
     ],
@@ -271,7 +275,7 @@ def _print_compare(first: dict[str, Any], paths: list[Path]) -> None:
 @app.command(context_settings=EXTRA_ARGS)
 def report(
     ctx: typer.Context,
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.", envvar=REGISTRY_ENV)],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and summary.md.")],
     policies: Annotated[
         list[str] | None,

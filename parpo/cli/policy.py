@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from parpo.cli.console import REGISTRY_ENV
+
 app = typer.Typer(
     help="Train, evaluate and run agent policies (tool calls + a personal slate) against a reward model.",
     no_args_is_help=True,
@@ -51,7 +53,12 @@ def train(
     data: Annotated[Path, typer.Option("--data", "-d", help="Dataset folder (see `parpo data ingest`).")],
     registry: Annotated[
         Path,
-        typer.Option("--registry", "-r", help="Registry with a reward model; the policy is published here."),
+        typer.Option(
+            "--registry",
+            "-r",
+            help="Registry with a reward model; the policy is published here.",
+            envvar=REGISTRY_ENV,
+        ),
     ],
     reward_version: Annotated[
         str | None,
@@ -132,7 +139,7 @@ def eval_sample(tasks: int | None, full: bool) -> Any:
 
 @app.command("eval")
 def eval_(
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.", envvar=REGISTRY_ENV)],
     data: Annotated[Path, typer.Option("--data", "-d", help="The dataset the policy was trained on.")],
     version: Annotated[
         str | None, typer.Option("--version", "-v", help="Policy version (default: production).")
@@ -187,7 +194,7 @@ def print_eval(result: dict[str, Any], path: Path) -> None:
 
 @app.command()
 def predict(
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.", envvar=REGISTRY_ENV)],
     requests: Annotated[Path, typer.Option("--requests", help="Parquet of requests (see docs/policy.md).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Parquet of slates to write.")],
     version: Annotated[

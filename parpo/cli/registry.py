@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from parpo.cli.console import REGISTRY_ENV
+
 if TYPE_CHECKING:
     from parpo_core.artefacts import Registry, VersionInfo
 
@@ -36,9 +38,14 @@ Kind = StrEnum("Kind", {name: name for name in KINDS.names()})
 
 RegistryOpt = Annotated[
     Path,
-    typer.Option("--registry", "-r", help="Registry folder (REG).", envvar="PARPO_REGISTRY"),
+    typer.Option("--registry", "-r", help="Registry folder (REG).", envvar=REGISTRY_ENV),
 ]
-KindOpt = Annotated[Kind, typer.Option("--kind", "-k", help="Which artefacts.")]
+KindOpt = Annotated[
+    Kind | None,
+    typer.Option(
+        "--kind", "-k", help="Which artefacts (default: the one kind holding the version, if only one does)."
+    ),
+]
 VersionArg = Annotated[
     str | None,
     typer.Argument(help="A version name, its number (3 or v000003), 'latest', 'production' or an alias."),
@@ -54,6 +61,37 @@ def _registry(path: Path) -> Registry:
     return Registry(path)
 
 
+def _kind(reg: Registry, kind: Kind | None, version: str | None) -> str:
+    """``--kind`` as given, else the one kind that holds ``version`` (default ``production``).
+    Pointers and numbers name a version in every kind that has one, so they need ``--kind``
+    as soon as two kinds do: one line listing them, never a silent default."""
+    from parpo_core.errors import UserError
+
+    if kind is not None:
+        return kind.value
+    target = version or "production"
+    holders = []
+    for k in KINDS.names():
+        try:
+            reg.resolve(k, target)
+        except UserError:
+            # a broken pointer file still names its kind: the command then reports or repairs it
+            if not (reg.kind_dir(k) / f"{target}.json").is_file():
+                continue
+        holders.append(k)
+    if len(holders) == 1:
+        return holders[0]
+    from parpo_core.artefacts import RegistryError
+
+    if not holders:
+        raise RegistryError(
+            f"no kind in {reg.root} holds {target!r}; pass --kind ({', '.join(KINDS.names())})"
+        )
+    raise RegistryError(
+        f"{target!r} names a version of {' and of '.join(holders)} in {reg.root}: pass --kind"
+    )
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -67,26 +105,37 @@ def _markers(info: VersionInfo) -> str:
 
 
 @app.command("list")
-def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt = False) -> None:
+def list_(registry: RegistryOpt, kind: KindOpt = None, as_json: JsonOpt = False) -> None:
     """List versions in publish order with their pointers, data and the kind's key metrics
-    (reward: test ranking metrics; policy: its newest evaluation, else its training means)."""
-    from rich.table import Table
-
+    (reward: test ranking metrics; policy: its newest evaluation, else its training means);
+    every kind that has versions unless --kind names one. JSON rows carry their ``kind``."""
     from parpo.cli.console import console, err
     from parpo_core.artefacts.pointers import error
 
     reg = _registry(registry)
-    infos = reg.list_versions(kind.value)
-    for name, broken in reg.broken_pointers(kind.value).items():
-        err.print(f"warning: {error(broken, reg.kind_dir(kind.value), name)}", soft_wrap=True, markup=False)
+    kinds = [kind.value] if kind is not None else [k for k in KINDS.names() if reg.versions(k)]
+    rows = []
+    for k in kinds:
+        infos = reg.list_versions(k)
+        for name, broken in reg.broken_pointers(k).items():
+            err.print(f"warning: {error(broken, reg.kind_dir(k), name)}", soft_wrap=True, markup=False)
+        rows += [{"kind": k, **i.to_dict()} for i in infos]
+        if not as_json:
+            if infos:
+                console.print(_versions_table(registry, k, infos))
+            else:
+                console.print(f"no {k} versions in {registry}", soft_wrap=True)
     if as_json:
-        typer.echo(json.dumps([i.to_dict() for i in infos], indent=2))
-        return
-    if not infos:
-        console.print(f"no {kind.value} versions in {registry}", soft_wrap=True)
-        return
-    columns = KINDS[kind.value].columns
-    t = Table(title=f"{kind.value} versions in {registry}", title_justify="left")
+        typer.echo(json.dumps(rows, indent=2))
+    elif not kinds:
+        console.print(f"no versions in {registry}", soft_wrap=True)
+
+
+def _versions_table(registry: Path, kind: str, infos: list[VersionInfo]) -> Any:
+    from rich.table import Table
+
+    columns = KINDS[kind].columns
+    t = Table(title=f"{kind} versions in {registry}", title_justify="left")
     for col, justify in (
         ("version", "left"),
         ("pointers", "left"),
@@ -111,7 +160,7 @@ def list_(registry: RegistryOpt, kind: KindOpt = Kind.reward, as_json: JsonOpt =
             i.metrics_source or "-",
             f"[red]{i.problem}[/]" if i.problem else "ok",
         )
-    console.print(t)
+    return t
 
 
 @app.command()
@@ -186,7 +235,7 @@ def _by_folder(files: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
 def show(
     registry: RegistryOpt,
     version: VersionArg = None,
-    kind: KindOpt = Kind.reward,
+    kind: KindOpt = None,
     verify: Annotated[
         bool, typer.Option("--verify/--no-verify", help="Check every file's sha256 against the manifest.")
     ] = True,
@@ -197,14 +246,16 @@ def show(
 
     from parpo.cli.console import console
 
-    d = _show_dict(_registry(registry), kind.value, version, verify)
+    reg = _registry(registry)
+    kname = _kind(reg, kind, version)
+    d = _show_dict(reg, kname, version, verify)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
     marks = f" ({', '.join(d['pointers'])})" if d["pointers"] else ""
     state = "sha256 verified" if verify else "[yellow]not verified[/]"
     console.print(
-        f"[bold]{kind.value}/{d['version']}[/]{marks}  published {d['published']}  {state}", soft_wrap=True
+        f"[bold]{kname}/{d['version']}[/]{marks}  published {d['published']}  {state}", soft_wrap=True
     )
     console.print(f"  {d['path']}", soft_wrap=True)
     for problem in d["problems"]:
@@ -252,38 +303,41 @@ def _fmt(v: Any) -> str:
 
 
 @app.command()
-def promote(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = Kind.reward) -> None:
+def promote(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = None) -> None:
     """Verify a version and make it production (default: latest); rewrites a broken production.json."""
     from parpo.cli.console import console
 
-    moved = _registry(registry).point(kind.value, "production", version or "latest")
+    reg = _registry(registry)
+    kname = _kind(reg, kind, version or "latest")
+    moved = reg.point(kname, "production", version or "latest")
     if moved.repaired is not None:
         was = f"was broken: {moved.repaired.problem()}; rewritten, its rollback history is lost"
     elif not moved.changed:
-        console.print(f"{kind.value}/{moved.version} is already production", soft_wrap=True)
+        console.print(f"{kname}/{moved.version} is already production", soft_wrap=True)
         return
     else:
         was = f"was {moved.before or 'unset'}"
-    console.print(f"production: {kind.value}/{moved.version} ({was})", soft_wrap=True, markup=False)
+    console.print(f"production: {kname}/{moved.version} ({was})", soft_wrap=True, markup=False)
 
 
 @app.command()
-def rollback(registry: RegistryOpt, kind: KindOpt = Kind.reward) -> None:
+def rollback(registry: RegistryOpt, kind: KindOpt = None) -> None:
     """Point production back at the version that was production before."""
     from parpo.cli.console import console
 
-    moved = _registry(registry).pop(kind.value, "production")
-    console.print(
-        f"production: {kind.value}/{moved.version} (rolled back from {moved.before})", soft_wrap=True
-    )
+    reg = _registry(registry)
+    kname = _kind(reg, kind, "production")
+    moved = reg.pop(kname, "production")
+    console.print(f"production: {kname}/{moved.version} (rolled back from {moved.before})", soft_wrap=True)
 
 
 @app.command()
-def verify(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = Kind.reward) -> None:
+def verify(registry: RegistryOpt, version: VersionArg = None, kind: KindOpt = None) -> None:
     """Recompute every file's sha256 (default: production); one error line on the first problem."""
     from parpo.cli.console import console
 
-    v = _registry(registry).verify(kind.value, version)
+    reg = _registry(registry)
+    v = reg.verify(_kind(reg, kind, version), version)
     console.print(f"{v.label}: ok ({len(v.manifest['files'])} files match manifest.json)", soft_wrap=True)
 
 
@@ -292,33 +346,37 @@ def alias_set(
     name: Annotated[str, typer.Argument(help="Alias name: [a-z][a-z0-9_-]*, not latest/production.")],
     version: Annotated[str, typer.Argument(help="A version name, its number, or another pointer.")],
     registry: RegistryOpt,
-    kind: KindOpt = Kind.reward,
+    kind: KindOpt = None,
 ) -> None:
     """Verify VERSION and point alias NAME at it (its previous target is kept in its history)."""
     from parpo.cli.console import console
     from parpo_core.artefacts.layout import check_alias
 
     check_alias(name, settable=True)
-    moved = _registry(registry).point(kind.value, name, version)
+    reg = _registry(registry)
+    kname = _kind(reg, kind, version)
+    moved = reg.point(kname, name, version)
     was = (
         f"was broken: {moved.repaired.problem()}; rewritten"
         if moved.repaired
         else f"was {moved.before or 'unset'}"
     )
-    console.print(f"{name}: {kind.value}/{moved.version} ({was})", soft_wrap=True, markup=False)
+    console.print(f"{name}: {kname}/{moved.version} ({was})", soft_wrap=True, markup=False)
 
 
 @alias_app.command("rm")
 def alias_rm(
     name: Annotated[str, typer.Argument(help="The alias to remove (not latest/production).")],
     registry: RegistryOpt,
-    kind: KindOpt = Kind.reward,
+    kind: KindOpt = None,
 ) -> None:
     """Remove alias NAME (the version it named stays in the registry)."""
     from parpo.cli.console import console
 
-    target = _registry(registry).remove_alias(kind.value, name)
-    named = f"it named {kind.value}/{target}" if target else "its file was broken"
+    reg = _registry(registry)
+    kname = _kind(reg, kind, name)
+    target = reg.remove_alias(kname, name)
+    named = f"it named {kname}/{target}" if target else "its file was broken"
     console.print(f"removed alias {name} ({named})", soft_wrap=True)
 
 

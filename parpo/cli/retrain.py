@@ -12,10 +12,12 @@ from typing import Annotated
 
 import typer
 
+from parpo.cli.console import REGISTRY_ENV
+
 
 def retrain(
     registry: Annotated[
-        Path, typer.Option("--registry", "-r", help="Registry folder (REG).", envvar="PARPO_REGISTRY")
+        Path, typer.Option("--registry", "-r", help="Registry folder (REG).", envvar=REGISTRY_ENV)
     ],
     data: Annotated[
         Path, typer.Option("--data", "-d", help="The dataset after the new logs were ingested into it.")

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from parpo.cli.console import REGISTRY_ENV
 from parpo_core.runs import is_rank_zero
 
 app = typer.Typer(
@@ -78,7 +79,9 @@ def print_outcome(outcome: Any) -> None:
 @app.command()
 def train(
     data: Annotated[Path, typer.Option("--data", "-d", help="Dataset folder (see `parpo data ingest`).")],
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder to publish to.")],
+    registry: Annotated[
+        Path, typer.Option("--registry", "-r", help="Registry folder to publish to.", envvar=REGISTRY_ENV)
+    ],
     config: Annotated[
         str, typer.Option("--config", "-c", help="Preset (dice, mf, lightgcn) or a YAML file.")
     ] = "dice",
@@ -124,7 +127,7 @@ def outcome_json(outcome: Any) -> dict[str, Any]:
 
 @app.command("eval")
 def eval_(
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.")],
+    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder.", envvar=REGISTRY_ENV)],
     data: Annotated[Path, typer.Option("--data", "-d", help="Dataset folder to evaluate on.")],
     version: Annotated[
         str | None,

@@ -12,12 +12,16 @@ from typing import Annotated
 
 import typer
 
+from parpo.cli.console import REGISTRY_ENV
+
 #: Where decisions and events go when ``--events`` is not given (relative to the working directory).
 DEFAULT_EVENTS = Path("parpo-events")
 
 
 def serve(
-    registry: Annotated[Path, typer.Option("--registry", "-r", help="Registry folder (REG).")],
+    registry: Annotated[
+        Path, typer.Option("--registry", "-r", help="Registry folder (REG).", envvar=REGISTRY_ENV)
+    ],
     policy: Annotated[
         str,
         typer.Option(help="Policy version to serve, or a pointer to follow by polling (production, latest)."),

@@ -110,7 +110,7 @@ def test_errors_are_registry_errors(reg: Registry, three, tmp_path):
     assert res.exit_code == 0 and "problem: unexpected file stray" in res.stdout
     assert "ok (5 files" in invoke(reg, "verify").stdout
     res = runner.invoke(app, ["list", "--registry", str(tmp_path / "none")])
-    assert res.exit_code == 0 and "no reward versions" in res.stdout
+    assert res.exit_code == 0 and "no versions in" in res.stdout
     res = runner.invoke(app, ["list", "--registry", str(reg.root), "--kind", "model"])
     assert res.exit_code == 2  # typer rejects an unknown kind before any code runs
 
@@ -227,3 +227,34 @@ def test_clean_removes_killed_publishes_only(reg: Registry, three):
     res = runner.invoke(app, ["clean", "--registry", str(reg.root / "none")])
     assert isinstance(res.exception, RegistryError)
     assert str(res.exception) == f"{reg.root / 'none'}: no registry here"
+
+
+def test_kind_is_inferred_only_when_one_kind_holds_the_version(reg: Registry):
+    r1, r2 = (publish(reg, tag=t).name for t in "rs")
+    p1 = publish(reg, kind="policy", tag="p").name
+    res = invoke(reg, "show", "2", "--no-verify")  # only reward has a second version
+    assert res.exit_code == 0 and f"reward/{r2}" in res.stdout
+    assert f"policy/{p1}" in invoke(reg, "show", f"policy/{p1}", "--no-verify").stdout
+    res = invoke(reg, "show", "1", "--no-verify")
+    assert str(res.exception) == f"'1' names a version of policy and of reward in {reg.root}: pass --kind"
+    res = invoke(reg, "promote")  # 'latest' names a version of both kinds: never a silent default
+    assert res.exit_code == 1
+    assert str(res.exception) == f"'latest' names a version of policy and of reward in {reg.root}: pass --kind"
+    assert f"production: reward/{r2}" in invoke(reg, "promote", "--kind", "reward").stdout
+    res = invoke(reg, "show", "v000009", "--no-verify")
+    assert res.exit_code == 1 and "no kind in" in str(res.exception) and "pass --kind" in str(res.exception)
+    rows = json.loads(invoke(reg, "list", "--json").stdout)  # every kind, each row says which
+    assert sorted((d["kind"], d["name"]) for d in rows) == [("policy", p1), ("reward", r1), ("reward", r2)]
+
+
+def test_registry_env_is_read_by_every_command_with_a_registry_option(reg: Registry, monkeypatch):
+    from parpo.cli.main import app as main_app
+
+    publish(reg, tag="r")
+    monkeypatch.setenv("PARPO_REGISTRY", str(reg.root))
+    assert "reward versions in" in runner.invoke(main_app, ["registry", "list"]).stdout
+    # commands outside `registry` read it too: the help names it, and the value reaches the command
+    for cmd in (["reward", "eval"], ["policy", "eval"], ["policy", "train"], ["eval", "report"], ["serve"]):
+        assert "PARPO_REGISTRY" in runner.invoke(main_app, [*cmd, "--help"], env={"COLUMNS": "200"}).stdout, cmd
+    res = runner.invoke(main_app, ["reward", "eval", "--data", str(reg.root / "nodata")])
+    assert res.exit_code != 0 and "Missing option '--registry'" not in res.output
