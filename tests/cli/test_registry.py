@@ -239,7 +239,9 @@ def test_kind_is_inferred_only_when_one_kind_holds_the_version(reg: Registry):
     assert str(res.exception) == f"'1' names a version of policy and of reward in {reg.root}: pass --kind"
     res = invoke(reg, "promote")  # 'latest' names a version of both kinds: never a silent default
     assert res.exit_code == 1
-    assert str(res.exception) == f"'latest' names a version of policy and of reward in {reg.root}: pass --kind"
+    assert (
+        str(res.exception) == f"'latest' names a version of policy and of reward in {reg.root}: pass --kind"
+    )
     assert f"production: reward/{r2}" in invoke(reg, "promote", "--kind", "reward").stdout
     res = invoke(reg, "show", "v000009", "--no-verify")
     assert res.exit_code == 1 and "no kind in" in str(res.exception) and "pass --kind" in str(res.exception)
@@ -255,6 +257,8 @@ def test_registry_env_is_read_by_every_command_with_a_registry_option(reg: Regis
     assert "reward versions in" in runner.invoke(main_app, ["registry", "list"]).stdout
     # commands outside `registry` read it too: the help names it, and the value reaches the command
     for cmd in (["reward", "eval"], ["policy", "eval"], ["policy", "train"], ["eval", "report"], ["serve"]):
-        assert "PARPO_REGISTRY" in runner.invoke(main_app, [*cmd, "--help"], env={"COLUMNS": "200"}).stdout, cmd
+        assert "PARPO_REGISTRY" in runner.invoke(main_app, [*cmd, "--help"], env={"COLUMNS": "200"}).stdout, (
+            cmd
+        )
     res = runner.invoke(main_app, ["reward", "eval", "--data", str(reg.root / "nodata")])
     assert res.exit_code != 0 and "Missing option '--registry'" not in res.output
