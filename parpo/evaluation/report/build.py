@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from parpo.evaluation.headline import EXPOSURE_NOTE, ORDER, oracle_share
 from parpo.evaluation.policy_eval import PARTS
 from parpo.evaluation.report import figures
@@ -102,7 +104,75 @@ class _Doc:
         self.html.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{html.escape(alt)}"></figure>')
 
 
+def headline_metric(tasks: pl.DataFrame) -> str:
+    """True preference where the truth is known (every task has it), else hit@10."""
+    tp = tasks.get_column("true_preference") if "true_preference" in tasks.columns else None
+    return "true_preference" if tp is not None and tp.null_count() == 0 and tasks.height else "hit@10"
+
+
+def headline_rows(tasks: pl.DataFrame, n_boot: int = 1000) -> list[dict[str, Any]]:
+    """The policy against every reference agent of one eval's per-task rows, per part: the agent's
+    mean, the policy's, their paired difference (policy - agent) with its 95% percentile bootstrap
+    interval, and ``verdict``: ``wins`` / ``loses`` when the interval excludes 0, else ``ties``."""
+    from parpo.evaluation.compare import paired_differences
+
+    metric = headline_metric(tasks)
+    tasks = tasks.select("part", "task_id", "agent", metric)  # the other columns may be null
+    policy = tasks.filter(pl.col("agent") == "policy")
+    rows = []
+    for agent in [a for a in tasks["agent"].unique(maintain_order=True).to_list() if a != "policy"]:
+        pd = paired_differences(policy, tasks.filter(pl.col("agent") == agent), n_boot=n_boot)
+        for part in PARTS:
+            d = pd[part].get(metric)
+            if d is None:
+                continue
+            verdict = "wins" if d["ci_low"] > 0 else "loses" if d["ci_high"] < 0 else "ties"
+            rows.append({"part": part, "agent": agent, "metric": metric, **d, "verdict": verdict})
+    return rows
+
+
+def _headline(doc: _Doc, policies: list[PolicyData]) -> None:
+    ev = [p for p in policies if p.tasks is not None]
+    doc.section(
+        "Headline: the policy against every reference agent",
+        "Paired over the same held-out tasks (greedy): policy - agent, 95% bootstrap interval. "
+        "The metric is true preference where the truth is known, else hit@10.",
+    )
+    rows, losses = [], []
+    for p in ev:
+        for r in headline_rows(p.tasks):  # type: ignore[arg-type]
+            rows.append([_short(p.name), r["part"], r["agent"], r["metric"], _fmt(r["mean_b"]), _fmt(r["mean_a"]),
+                         _fmt(r["diff"]), f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]", r["verdict"]])  # fmt: skip
+            # the oracle ranks by the truth itself: an upper bound, not an agent to beat
+            if r["verdict"] == "loses" and r["agent"] != "oracle_true":
+                losses.append(
+                    f"policy {_short(p.name)} loses to {r['agent']} on {r['part']} tasks: {r['metric']} "
+                    f"{r['mean_a']:.3f} vs {r['mean_b']:.3f} ({r['diff']:+.3f}, 95% [{r['ci_low']:+.3f}, "
+                    f"{r['ci_high']:+.3f}])."
+                )
+    if not rows:
+        doc.note("no eval with per-task results recorded")
+        return
+    doc.table(
+        [
+            "version",
+            "part",
+            "agent",
+            "metric",
+            "agent mean",
+            "policy mean",
+            "policy - agent",
+            "95%",
+            "verdict",
+        ],
+        rows,
+    )
+    for line in losses:
+        doc.note(line)
+
+
 def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
+    _headline(doc, policies)
     ev = [p for p in policies if p.eval is not None]
     doc.section(
         "Held-out tasks", "Means over the warm and cold held-out tasks of each version's eval (greedy)."

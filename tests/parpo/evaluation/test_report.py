@@ -66,6 +66,11 @@ def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synt
     # The summary's numbers are the evals'.
     evals = {r["policy_version"][:7]: json.loads((reg / "policy" / r["policy_version"] / "evals"
              / r["policy_eval"]).read_text())["result"] for r in results}  # fmt: skip
+    head = md_table(md, "Headline: the policy against every reference agent")
+    assert {(r[1], r[2]) for r in head} >= {
+        (p, a) for p in ("warm", "cold") for a in ("popularity", "oracle_true")
+    }
+    assert all(r[3] == "true_preference" and r[-1] in ("wins", "ties", "loses") for r in head)
     rows = md_table(md, "Held-out tasks")
     assert len(rows) == 4
     for version, part, n, true_pref, hit, _, tq, pref, share in rows:  # true preference leads
@@ -120,3 +125,43 @@ def test_report_shows_recorded_ope_estimates(two_policies, tmp_path):  # noqa: F
         [label, "logged", "0.0100", "0.0090", "0.0110"],
     ]
     assert table[-1] == [label, "900", "120", "0.9800", "12.0000", "5.0%", "2.0%"]  # the overlap diagnostics
+
+
+def _tasks(values: dict[str, list[float]], truth: bool = True) -> pl.DataFrame:
+    """Per-task rows of agents on the warm part (task ids 0..n-1), metrics from ``values``."""
+    frames = []
+    for agent, v in values.items():
+        n = len(v)
+        frames.append(
+            pl.DataFrame(
+                {
+                    "part": ["warm"] * n,
+                    "task_id": [str(i) for i in range(n)],
+                    "agent": [agent] * n,
+                    "hit@10": [float(x > 0.5) for x in v],
+                    "true_preference": v if truth else [None] * n,
+                },
+                schema_overrides={"true_preference": pl.Float64},
+            )
+        )
+    return pl.concat(frames)
+
+
+def test_headline_rows_pair_the_policy_with_each_agent_and_name_the_verdict():
+    from parpo.evaluation.report.build import headline_metric, headline_rows
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.0, 1.0, 400)
+    tasks = _tasks({"policy": base + 0.5, "popularity": base, "oracle_true": base + 1.0, "twin": base + 0.5})
+    rows = {r["agent"]: r for r in headline_rows(tasks, n_boot=200)}
+    assert set(rows) == {"popularity", "oracle_true", "twin"} and headline_metric(tasks) == "true_preference"
+    assert rows["popularity"]["diff"] == pytest.approx(0.5) and rows["popularity"]["verdict"] == "wins"
+    assert rows["oracle_true"]["diff"] == pytest.approx(-0.5) and rows["oracle_true"]["verdict"] == "loses"
+    assert rows["twin"]["diff"] == pytest.approx(0.0) and rows["twin"]["verdict"] == "ties"
+    assert rows["popularity"]["mean_b"] == pytest.approx(base.mean())
+    # without the truth the headline is hit@10
+    no_truth = _tasks({"policy": base + 0.5, "popularity": base}, truth=False)
+    (r,) = headline_rows(no_truth, n_boot=200)
+    assert r["metric"] == "hit@10" and r["diff"] == pytest.approx(
+        ((base + 0.5) > 0.5).mean() - (base > 0.5).mean()
+    )
