@@ -196,18 +196,37 @@ def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
     doc.section("Learning curves", "Mean reward per component over the training updates (logs/metrics.csv).")
     doc.figure(figures.learning_curves(policies), "learning curves", "no training logs")
     doc.section(
+        "Training diagnostics",
+        "Approximate KL to the rollout policy, entropy, clip fraction, gradient norm and the share of "
+        "rollouts with an active user anchor, per update.",
+    )
+    doc.figure(figures.training_diagnostics(policies), "training diagnostics", "no diagnostics logged")
+    doc.section(
         "Anchor distributions", "Per-user preference anchors at the end of training (anchors.parquet)."
     )
     doc.figure(figures.anchor_distributions(policies), "anchor distributions", "no anchors recorded")
-    doc.section("Preference vs task quality", "Warm tasks; stars are policies, dots the reference agents.")
-    doc.figure(figures.preference_vs_quality(policies), "preference vs task quality", "no eval recorded")
+    doc.section("Preference vs task quality", "Warm tasks; stars are policies, markers the reference agents.")
+    warm = _agents(policies, "warm")
+    flat = figures.constant_value([m.get("task_quality", float("nan")) for m in warm.values()])
+    doc.figure(
+        figures.preference_vs_quality(policies) if flat is None else None,
+        "preference vs task quality",
+        "no eval recorded"
+        if not warm
+        else f"every agent has task quality {flat:.3f} on warm tasks: preference alone is in the tables",
+    )
 
     doc.section(
         "Cold vs warm users", "Task quality on warm users (seen in training) and cold ones (held out)."
     )
     cw = {a: {part: _agents(policies, part).get(a, {}).get("task_quality", float("nan")) for part in PARTS}
           for a in _agents(policies, "warm")}  # fmt: skip
-    doc.figure(figures.grouped_bars("Task quality", cw, "task quality"), "cold vs warm", "no eval recorded")
+    flat = figures.constant_value([v for g in cw.values() for v in g.values()])
+    doc.figure(
+        figures.grouped_bars("Task quality", cw, "task quality") if flat is None else None,
+        "cold vs warm",
+        "no eval recorded" if not cw else f"every agent has task quality {flat:.3f} on warm and cold tasks",
+    )
     doc.table(["agent", *(f"{m} {part}" for m in ("task_quality", "hit@10") for part in PARTS)],
               [[a, *(_fmt(_agents(policies, part)[a].get(m)) for m in ("task_quality", "hit@10") for part in PARTS)]
                for a in cw])  # fmt: skip

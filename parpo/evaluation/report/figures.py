@@ -11,6 +11,15 @@ import numpy as np
 from parpo.evaluation.report.collect import PolicyData
 
 DPI = 80
+#: One marker per series, so agents that coincide stay visible.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
+def constant_value(values: list[float]) -> float | None:
+    """The one value every finite entry of ``values`` has, or None when they differ (or none is
+    finite): a figure of such data draws a constant, the report says it in a line instead."""
+    finite = [v for v in values if v == v]
+    return finite[0] if finite and max(finite) - min(finite) < 1e-9 else None
 
 
 def _plt() -> Any:
@@ -29,12 +38,15 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def learning_curves(policies: list[PolicyData]) -> bytes | None:
-    """Mean reward per component against the update, one panel per component, a line per version."""
+#: Training diagnostics drawn beside the rewards (columns of logs/metrics.csv, where logged).
+DIAGNOSTICS = ("actor/pg/approx_kl_old", "actor/kl", "actor/entropy", "actor/pg/clipfrac", "actor/grad_norm",
+               "preference/frac_anchored")  # fmt: skip
+
+
+def _panels(policies: list[PolicyData], comps: list[str], title: str) -> bytes | None:
+    """One panel per log column in ``comps``, a line per version against the update."""
     logs = [(p.name, p.log) for p in policies if p.log is not None and p.log.height]
-    comps = sorted(
-        {c for _, log in logs for c in log.columns if c.startswith("reward/") and c.endswith("/mean")}
-    )
+    comps = [c for c in comps if any(c in log.columns for _, log in logs)]
     if not comps:
         return None
     plt = _plt()
@@ -42,16 +54,33 @@ def learning_curves(policies: list[PolicyData]) -> bytes | None:
     rows = -(-len(comps) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False, layout="constrained")
     for ax, comp in zip(axes.flat, comps, strict=False):
-        for name, log in logs:
+        for k, (name, log) in enumerate(logs):
             if comp in log.columns:
-                ax.plot(log["update"].to_numpy(), log[comp].to_numpy(), marker="o", ms=3, label=name[:7])
-        ax.set_title(comp.removeprefix("reward/").removesuffix("/mean"), fontsize=9)
+                ax.plot(log["update"].to_numpy(), log[comp].to_numpy(), marker=MARKERS[k % len(MARKERS)], ms=3,
+                        label=name[:7])  # fmt: skip
+        label = comp.removeprefix("reward/").removesuffix("/mean")
+        ax.set_title(label, fontsize=9)
         ax.set_xlabel("update", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
     for ax in list(axes.flat)[len(comps) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle("Mean reward per component during training", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     return _png(fig)
+
+
+def learning_curves(policies: list[PolicyData]) -> bytes | None:
+    """Mean reward per component against the update, one panel per component, a line per version."""
+    logs = [p.log for p in policies if p.log is not None]
+    comps = sorted(
+        {c for log in logs for c in log.columns if c.startswith("reward/") and c.endswith("/mean")}
+    )
+    return _panels(policies, comps, "Mean reward per component during training")
+
+
+def training_diagnostics(policies: list[PolicyData]) -> bytes | None:
+    """KL to the rollout policy, entropy, clip fraction, gradient norm and anchored share per update."""
+    return _panels(policies, list(DIAGNOSTICS), "Training diagnostics")
 
 
 def anchor_distributions(policies: list[PolicyData]) -> bytes | None:
@@ -66,6 +95,9 @@ def anchor_distributions(policies: list[PolicyData]) -> bytes | None:
         b.hist(np.sqrt(df["var"].to_numpy()), bins=20, alpha=0.5, label=name[:7])
     a.set_title("anchor mean (preference)", fontsize=9)
     b.set_title("anchor standard deviation", fontsize=9)
+    for ax, x in ((a, "anchor mean"), (b, "anchor standard deviation")):
+        ax.set_xlabel(x, fontsize=8)
+        ax.set_ylabel("users", fontsize=8)
     a.legend(fontsize=7)
     return _png(fig)
 
@@ -81,8 +113,9 @@ def preference_vs_quality(policies: list[PolicyData]) -> bytes | None:
         m = ev["warm"]["policy"]
         ax.scatter(m["task_quality"], m["preference"], s=60, marker="*", label=f"policy {name[:7]}")
     baselines = pts[0][1]["warm"]["baselines"]  # the same agents for every version on one dataset
-    for agent, m in baselines.items():
-        ax.scatter(m["task_quality"], m["preference"], s=30, marker="o", label=agent)
+    for k, (agent, m) in enumerate(baselines.items()):
+        ax.scatter(m["task_quality"], m["preference"], s=30, marker=MARKERS[k % len(MARKERS)], label=agent,
+                   facecolors="none" if k % 2 else None)  # fmt: skip
     ax.set_xlabel("task quality")
     ax.set_ylabel("preference")
     ax.set_title("Warm held-out tasks", fontsize=10)

@@ -59,9 +59,11 @@ def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synt
     assert res.returncode == 0, res.stderr[-3000:]
     page = (tmp_path / "rep" / "report.html").read_text()
     md = (tmp_path / "rep" / "summary.md").read_text()
-    # learning curves, anchors, preference vs quality, cold/warm, popularity bias, head/tail, paired
+    # learning curves, diagnostics, anchors, preference vs quality, cold/warm, popularity bias,
+    # head/tail, paired; a figure whose data is one constant is a line of text instead
     pngs = [base64.b64decode(b) for b in IMG.findall(page)]
-    assert len(pngs) == 7 and all(p.startswith(PNG) and len(p) > 5000 for p in pngs)
+    flat = page.count("every agent has task quality")
+    assert len(pngs) == 8 - flat and all(p.startswith(PNG) and len(p) > 5000 for p in pngs)
     assert "no logged feedback" in page and "http" not in page.replace("http-equiv", "")
     # The summary's numbers are the evals'.
     evals = {r["policy_version"][:7]: json.loads((reg / "policy" / r["policy_version"] / "evals"
@@ -165,3 +167,11 @@ def test_headline_rows_pair_the_policy_with_each_agent_and_name_the_verdict():
     assert r["metric"] == "hit@10" and r["diff"] == pytest.approx(
         ((base + 0.5) > 0.5).mean() - (base > 0.5).mean()
     )
+
+
+def test_constant_value_names_the_one_value_a_figure_would_draw():
+    from parpo.evaluation.report.figures import constant_value
+
+    assert constant_value([1.0, 1.0, float("nan"), 1.0]) == 1.0
+    assert constant_value([1.0, 0.99]) is None
+    assert constant_value([float("nan")]) is None and constant_value([]) is None
