@@ -29,3 +29,14 @@ class RuntimeConfig(StrictModel):
     devices: int = Field(1, ge=1, description="number of devices / data-parallel ranks")
     threads: int | None = Field(None, ge=1, description="intra-op CPU threads (None: library default)")
     seed: int = Field(0, description="seeds model init and sampling (python, numpy, torch)")
+    loggers: list[Literal["csv", "tensorboard", "mlflow", "wandb"]] = Field(
+        ["csv"],
+        description="experiment trackers: csv (logs/metrics.csv, always written), tensorboard, mlflow, "
+        "wandb (each from its extra: pip install 'parpo[mlflow]')",
+    )
+    run_name: str | None = Field(
+        None, description="the run's name in the trackers (default: the run folder's)"
+    )
+    tracking_uri: str | None = Field(
+        None, description="mlflow tracking URI (default: $MLFLOW_TRACKING_URI, else file:<run folder>/mlruns)"
+    )

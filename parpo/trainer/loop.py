@@ -61,14 +61,10 @@ class TrainResult:
 def _fabric(cfg: PolicyTrainConfig, run: Path) -> Any:
     from lightning_fabric import Fabric
 
-    loggers: list[Any] = []
-    try:  # TensorBoard when installed; the CSV log is always written (``write_csv``)
-        import tensorboard  # noqa: F401
-        from lightning_fabric.loggers import TensorBoardLogger
+    from parpo_core.trackers import trackers
 
-        loggers.append(TensorBoardLogger(root_dir=run, name="", version="tensorboard"))
-    except ImportError:
-        pass
+    # the CSV log is the trainer's own (``write_csv``), always written
+    loggers = trackers(cfg.runtime, run, "parpo-policy", cfg.model_dump(mode="json"))
     rt = cfg.runtime
     accelerator = "auto" if rt.device == "auto" else rt.device
     strategy = "ddp" if rt.devices > 1 else "auto"

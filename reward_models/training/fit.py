@@ -14,7 +14,6 @@ per extra rank; only rank 0 gets ``is_global_zero`` and should publish.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 import time
@@ -147,13 +146,12 @@ class Throughput(Callback):
             self._t0 = None
 
 
-def _loggers(run_dir: Path) -> list[Any]:
-    loggers: list[Any] = [CSVLogger(save_dir=str(run_dir), name="logs", version="")]
-    if importlib.util.find_spec("tensorboard") is not None:
-        from pytorch_lightning.loggers import TensorBoardLogger
+def _loggers(cfg: RewardConfig, run_dir: Path) -> list[Any]:
+    """The CSV log (always: the registry and the report read it) and the trackers of ``runtime.loggers``."""
+    from parpo_core.trackers import trackers
 
-        loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
-    return loggers
+    csv = CSVLogger(save_dir=str(run_dir), name="logs", version="")
+    return [csv, *trackers(cfg.runtime, run_dir, "parpo-reward", cfg.model_dump(mode="json"))]
 
 
 def make_trainer(
@@ -200,7 +198,7 @@ def make_trainer(
         check_val_every_n_epoch=None if t.eval_every_steps else t.eval_every,
         val_check_interval=t.eval_every_steps or None,
         num_sanity_val_steps=0,
-        logger=_loggers(run_dir),
+        logger=_loggers(cfg, run_dir),
         callbacks=cbs,
         enable_progress_bar=t.progress_bar,
         enable_model_summary=False,
