@@ -1,8 +1,10 @@
 """A loaded policy version answering micro-batches of ``/v1/act`` requests.
 
-One batch = one ``run_episodes`` over every request's N sampled episodes (greedy requests: one
-greedy episode), grouped by temperature; sample 0 of a request is the served one, the N
-samples give its propensities (``serving.propensity``). Scores come from one reward-model call
+One batch = one ``sample_slates`` over every request's N sampled episodes (greedy requests: one
+greedy episode each), grouped by temperature: the policy runs one forward per step for the
+distinct plans of all the batch's requests, each plan's environment steps once
+(``parpo.policy.plan_tree``); draw 0 of a request is the served one, the N draws give its
+propensities (``serving.propensity``). Scores come from one reward-model call
 for every served item of the batch. Everything here runs on the model thread only.
 """
 
@@ -84,15 +86,17 @@ class LoadedModel:
         )
         for tau in sorted(set(temps)):
             idx = [i for i, t in enumerate(temps) if t == tau]
-            n = 1 if tau <= GREEDY else n_samples
-            tasks = [self._task(requests[i]) for i in idx for _ in range(n)]
-            per_task, env = self.bundle.rollout(self._agent(tau), tasks)
-            slates = per_task["slate"].to_list()
-            for j, i in enumerate(idx):
-                first = j * n
-                plan = [h.action for h in env.episodes[first].history if h.action is not None]
-                props = position_propensities(slates[first : first + n], slates[first])
-                served[i] = (slates[first], plan, per_task["plan"][first], props, n)
+            tasks = [self._task(requests[i]) for i in idx]
+            if tau <= GREEDY:
+                per_task, env = self.bundle.rollout(self._agent(tau), tasks)
+                for j, i in enumerate(idx):
+                    plan = [h.action for h in env.episodes[j].history if h.action is not None]
+                    slate = per_task["slate"][j].to_list()
+                    served[i] = (slate, plan, per_task["plan"][j], [1.0] * len(slate), 1)
+                continue
+            for i, d in zip(idx, self.bundle.sample_slates(self._agent(tau), tasks, n_samples), strict=True):
+                props = position_propensities(d.slates, d.slates[0])
+                served[i] = (d.slates[0], d.served_plan, d.plans[0], props, n_samples)
         rm = self.bundle.reward_model
         users = [r.user_id for r, s in zip(requests, served, strict=True) for _ in s[0]]
         items = [it for s in served for it in s[0]]

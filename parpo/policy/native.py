@@ -27,12 +27,15 @@ import torch
 from torch import Tensor, nn
 
 from parpo.env.catalogue import FEATURES, Catalogue
+from parpo.env.environment import BatchEnv
 from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES
+from parpo.env.tasks import Task
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
 from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
+from parpo.policy.slates import SlateDraws
 from parpo.policy.tokens import (
     CONSTRAIN,
     HEAD,
@@ -258,6 +261,15 @@ class NativePolicy:
         host = tokens.cpu().numpy()
         actions = [decode(o, host[i], n_pick[i], self.search_k) for i, o in enumerate(observations)]
         return ActOutput(actions, x, tokens, logp, mask)
+
+    def sample_slates(
+        self, env: BatchEnv, tasks: Sequence[Task], n: int, *, generator: Any = None
+    ) -> list[SlateDraws]:
+        """``Policy.sample_slates`` as one plan tree: each distinct plan's steps run once, the
+        slates of a plan drawn together (``parpo.policy.plan_tree``; same distribution)."""
+        from parpo.policy.plan_tree import sample_tree
+
+        return sample_tree(self, env, tasks, n, generator)
 
     def logprobs(self, inputs: dict[str, Tensor], tokens: Tensor) -> tuple[Tensor, Tensor]:
         logp, ent, _ = self.net(inputs, tokens, self.temperature)
