@@ -117,6 +117,10 @@ class PolicyBundle:
 
     def sample_slates(self, agent: PolicyAgent, tasks: Sequence[Task], n: int) -> list[SlateDraws]:
         """``n`` sampled episodes of each task with ``agent``'s policy and generator, as slates
-        (``Policy.sample_slates``: draw 0 is the one to serve)."""
+        (``Policy.sample_slates``: draw 0 is the one to serve). A greedy agent has nothing to sample."""
+        if agent.greedy:
+            raise ValueError(
+                "sample_slates needs a sampling agent (temperature > 0); greedy answers are one rollout"
+            )
         env = BatchEnv(self.catalogue, _NoReward(), self.env)
         return agent.policy.sample_slates(env, tasks, n, generator=agent.generator)

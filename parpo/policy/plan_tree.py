@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -109,12 +109,11 @@ class _Leaf:
     logp: float
     first: np.ndarray | None = None  # [m] float64
     rows: np.ndarray | None = None  # [m] int64
+    signature: str = field(init=False)  # the plan's, as the environment reports it
 
-    @property
-    def signature(self) -> str:
-        return ">".join(
-            [*(c.signature for c in self.calls), *(["recommend"] if self.first is not None else [])]
-        )
+    def __post_init__(self) -> None:
+        ended = ["recommend"] if self.first is not None else []
+        self.signature = ">".join([*(c.signature for c in self.calls), *ended])
 
 
 @torch.no_grad()
@@ -141,17 +140,15 @@ def sample_tree(
             z = pointer_scores(logits, x, tau)
             picks = gumbel_slates(z, node[rec], min(policy.net.cfg.max_k, z.shape[1]), gen).tolist()
             first = torch.softmax(z, -1).double().cpu().numpy()
-            leaf_at: dict[int, int] = {}
-            n_pick = x["n_pick"].tolist()
+            leaf_lp = (node_logp + logp["tool"][:, RECOMMEND].double()).tolist()
+            n_pick, n_cand = x["n_pick"].tolist(), x["cand_mask"].sum(1).tolist()
+            leaf_at: dict[int, tuple[int, list[str]]] = {}  # node -> (its leaf, its candidates' ids)
             for s, d, p in zip(sample[rec].tolist(), node[rec].tolist(), picks, strict=True):
                 if d not in leaf_at:
-                    leaf_at[d] = len(leaves)
-                    m = int(x["cand_mask"][d].sum())
-                    lp = float(node_logp[d] + logp["tool"][d, RECOMMEND].double())
-                    rows = obs[d].candidates[:m]
-                    leaves.append(_Leaf(node_task[d], tuple(env.episodes[d].history), lp, first[d, :m], rows))
-                leaf_of[s] = leaf_at[d]
-                ids = obs[d].candidate_ids
+                    m, calls = n_cand[d], tuple(env.episodes[d].history)
+                    leaf_at[d] = (len(leaves), obs[d].candidate_ids)
+                    leaves.append(_Leaf(node_task[d], calls, leaf_lp[d], first[d, :m], obs[d].candidates[:m]))
+                leaf_of[s], ids = leaf_at[d]
                 slates[s] = [ids[j] for j in p[: n_pick[d]]]
         go = ~rec
         sample, node, tokens, call_logp = sample[go], node[go], tokens[go], call_logp[go]
