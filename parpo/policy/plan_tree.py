@@ -99,6 +99,18 @@ def gumbel_slates(z: Tensor, node: Tensor, k: int, gen: torch.Generator | None) 
     return (rows + _gumbel(rows.shape, gen, rows.device)).topk(k, dim=-1).indices
 
 
+def group_calls(node: Tensor, tokens: Tensor, call_logp: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Samples at the same node that drew the same call share one child node.
+
+    ``node`` [M] int64, ``tokens`` [M, HEAD] and ``call_logp`` [M] of the M samples. Returns
+    each of the C children's parent node [C] and call tokens [C, HEAD], each sample's child [M],
+    and each child's call log-probability [C] (its samples all drew that call from one node).
+    """
+    children, child = torch.unique(torch.cat([node.unsqueeze(1), tokens], 1), dim=0, return_inverse=True)
+    logp = call_logp.new_zeros(children.shape[0]).scatter(0, child, call_logp)
+    return children[:, 0], children[:, 1:], child, logp
+
+
 @dataclass
 class _Leaf:
     """A distinct path that ended: its calls, log-probability, and for a recommend the first
@@ -121,6 +133,8 @@ def sample_tree(
     policy: NativePolicy, env: BatchEnv, tasks: Sequence[Task], n: int, gen: torch.Generator | None
 ) -> list[SlateDraws]:
     """``n`` episodes of each task as one plan tree (see the module doc); draw 0 is served."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1 (draw 0 is the served one), got {n}")
     dev, tau, cat = policy.device, policy.temperature, env.catalogue
     obs = env.reset(tasks)
     node_logp = torch.zeros(len(tasks), dtype=torch.float64, device=dev)  # [D] log P(path to node)
@@ -154,13 +168,12 @@ def sample_tree(
         sample, node, tokens, call_logp = sample[go], node[go], tokens[go], call_logp[go]
         if not sample.numel():
             break
-        # Samples at the same node that drew the same call share one child.
-        children, child = torch.unique(torch.cat([node.unsqueeze(1), tokens], 1), dim=0, return_inverse=True)
-        parent = children[:, 0].tolist()
-        # Every sample of a child drew the same call from the same node: one log-probability.
-        child_logp = node_logp[children[:, 0]] + call_logp.new_zeros(len(parent)).scatter(0, child, call_logp)
-        calls = children[:, 1:].cpu().numpy()
-        actions = [decode(obs[p], c, 0, policy.search_k) for p, c in zip(parent, calls, strict=True)]
+        parents, calls, child, child_logp = group_calls(node, tokens, call_logp)
+        child_logp = node_logp[parents] + child_logp
+        parent = parents.tolist()
+        actions = [
+            decode(obs[p], c, 0, policy.search_k) for p, c in zip(parent, calls.cpu().numpy(), strict=True)
+        ]
         env.branch(parent)
         obs, _, _, truncated, _ = env.step(actions)
         node_task = [node_task[p] for p in parent]

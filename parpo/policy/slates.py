@@ -47,7 +47,10 @@ class SlateDraws:
 def episode_slates(
     policy: Policy, env: BatchEnv, tasks: Sequence[Task], n: int, *, generator: Any = None
 ) -> list[SlateDraws]:
-    """The default ``sample_slates``: ``n`` whole episodes per task in one batch (task-major)."""
+    """The default ``sample_slates``: ``n`` whole episodes per task in one batch (task-major),
+    the loop the server ran for every backend before the plan tree."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1 (draw 0 is the served one), got {n}")
     expanded = [t for t in tasks for _ in range(n)]
     infos: list[dict[str, Any]] = [{} for _ in expanded]
     for step in step_until_done(env, expanded, lambda obs: policy.act(obs, generator=generator).actions):

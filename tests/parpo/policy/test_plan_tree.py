@@ -160,3 +160,23 @@ def test_draws_match_their_own_exact_first_slot_within_4_se():
         se = math.sqrt(f * (1 - f) / DRAWS)
         assert d.slot1 is not None and d.unexplored is not None
         assert d.slot1 - 4 * se <= f <= d.slot1 + d.unexplored + 4 * se
+
+
+def test_samples_that_drew_the_same_call_at_the_same_node_share_a_child():
+    from parpo.policy.plan_tree import group_calls
+
+    node = torch.tensor([0, 0, 1, 0, 1])
+    tokens = torch.tensor([[0, 2, 0, 0], [1, 0, 0, 0], [0, 2, 0, 0], [0, 2, 0, 0], [0, 2, 0, 0]])
+    logp = torch.tensor([-0.5, -1.0, -0.25, -0.5, -0.25], dtype=torch.float64)
+    parent, calls, child, child_logp = group_calls(node, tokens, logp)
+    # Children sorted by (node, call): (0, search 2), (0, filter), (1, search 2).
+    assert parent.tolist() == [0, 0, 1]
+    assert calls.tolist() == [[0, 2, 0, 0], [1, 0, 0, 0], [0, 2, 0, 0]]
+    assert child.tolist() == [0, 1, 2, 0, 2]
+    assert child_logp.tolist() == [-0.5, -1.0, -0.25]
+
+
+def test_sample_slates_needs_a_draw_to_serve():
+    policy, env = _world(1.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        policy.sample_slates(env, hand_tasks(), 0)
