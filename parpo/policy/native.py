@@ -35,6 +35,7 @@ from parpo.env.tasks import Task
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
 from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
+from parpo.policy.plan_tree import gumbel_noise, sample_tree
 from parpo.policy.slates import SlateDraws
 from parpo.policy.tokens import (
     CONSTRAIN,
@@ -203,11 +204,6 @@ def _sample(logits: Tensor, allowed: Tensor, tau: float, greedy: bool, gen: torc
     return torch.multinomial(torch.softmax(z, -1), 1, generator=gen).squeeze(-1)
 
 
-def _gumbel(shape: torch.Size, gen: torch.Generator | None, device: torch.device) -> Tensor:
-    u = torch.rand(shape, generator=gen, device=device).clamp_(1e-20, 1.0 - 1e-7)
-    return -torch.log(-torch.log(u))
-
-
 class NativePolicy:
     """The native backend behind the ``Policy`` interface (``parpo.policy.base``)."""
 
@@ -251,7 +247,7 @@ class NativePolicy:
         n = logits["pointer"].shape[1]
         z = (logits["pointer"] / tau).masked_fill(~x["cand_mask"][:, :n], float("-inf"))
         if not greedy:
-            z = z + _gumbel(z.shape, generator, dev)
+            z = z + gumbel_noise(z.shape, generator, dev)
         kk = min(k, n)
         tokens[:, HEAD : HEAD + kk] = z.topk(kk, dim=-1).indices
         # Non-policy slots hold 0 so that the recorded tokens are canonical.
@@ -267,8 +263,6 @@ class NativePolicy:
     ) -> list[SlateDraws]:
         """``Policy.sample_slates`` as one plan tree: each distinct plan's steps run once, the
         slates of a plan drawn together (``parpo.policy.plan_tree``; same distribution)."""
-        from parpo.policy.plan_tree import sample_tree
-
         return sample_tree(self, env, tasks, n, generator)
 
     def logprobs(self, inputs: dict[str, Tensor], tokens: Tensor) -> tuple[Tensor, Tensor]:

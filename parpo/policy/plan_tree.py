@@ -93,10 +93,14 @@ def gumbel_slates(z: Tensor, node: Tensor, k: int, gen: torch.Generator | None) 
     """[M, k] candidate indices: one Plackett-Luce slate per sample from its node's scores
     ``z`` [D, N] (Gumbel top-k: the top k of z + Gumbel noise are a draw without replacement
     from softmax(z), in order; Yellott 1977, Kool et al. 2019)."""
-    from parpo.policy.native import _gumbel
-
     rows = z[node]
-    return (rows + _gumbel(rows.shape, gen, rows.device)).topk(k, dim=-1).indices
+    return (rows + gumbel_noise(rows.shape, gen, rows.device)).topk(k, dim=-1).indices
+
+
+def gumbel_noise(shape: torch.Size, gen: torch.Generator | None, device: torch.device) -> Tensor:
+    """Standard Gumbel noise of ``shape`` (what ``NativePolicy.act`` adds to the pointer too)."""
+    u = torch.rand(shape, generator=gen, device=device).clamp_(1e-20, 1.0 - 1e-7)
+    return -torch.log(-torch.log(u))
 
 
 def group_calls(node: Tensor, tokens: Tensor, call_logp: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
