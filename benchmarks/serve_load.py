@@ -29,7 +29,7 @@ nobatch rps). The client shares the CPUs with the server: read ratios, not secon
 
     .venv/bin/python benchmarks/serve_load.py --workdir /tmp/sl            # builds a tiny registry
     .venv/bin/python benchmarks/serve_load.py --registry REG --duration 60
-    git archive BASE | tar -x -C /tmp/old && .venv/bin/python benchmarks/serve_load.py \
+    mkdir /tmp/old && git archive BASE | tar -x -C /tmp/old && .venv/bin/python benchmarks/serve_load.py \
         --registry REG --baseline-src /tmp/old
 """
 
