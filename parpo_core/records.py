@@ -58,6 +58,10 @@ class DecisionRecord(Record):
     plan: str = Field(description="the tool-call signature, e.g. 'search:category>recommend'")
     cold_user: bool
     slate: list[SlateEntry]
+    slot1_low: float | None = Field(
+        None, description="P(the first item first | request) is at least this (exact over the plans drawn)"
+    )
+    slot1_high: float | None = Field(None, description="... and at most this (plus the plans no draw took)")
 
 
 class EventRecord(Record):

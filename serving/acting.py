@@ -1,8 +1,10 @@
 """A loaded policy version answering micro-batches of ``/v1/act`` requests.
 
-One batch = one ``run_episodes`` over every request's N sampled episodes (greedy requests: one
-greedy episode), grouped by temperature; sample 0 of a request is the served one, the N
-samples give its propensities (``serving.propensity``). Scores come from one reward-model call
+One batch = one ``sample_slates`` over every request's N sampled episodes (greedy requests: one
+greedy episode each), grouped by temperature: the policy runs one forward per step for the
+distinct plans of all the batch's requests, each plan's environment steps once
+(``parpo.policy.plan_tree``); draw 0 of a request is the served one, the N draws give its
+propensities (``serving.propensity``). Scores come from one reward-model call
 for every served item of the batch. Everything here runs on the model thread only.
 """
 
@@ -20,6 +22,7 @@ from parpo.env.schema import ACTION_SCHEMA_VERSION, Constraints, Recommend, Requ
 from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.bundle import PolicyBundle
+from parpo.policy.slates import SlateDraws
 from parpo_core.records import DecisionRecord, SlateEntry
 from serving.propensity import position_propensities
 from serving.schemas import ActRequest
@@ -79,29 +82,29 @@ class LoadedModel:
     def act(self, requests: Sequence[ActRequest], n_samples: int, temperature: float) -> list[Answer]:
         """Answer ``requests``; ``temperature`` is the default of those that set no ``explore``."""
         temps = [temperature if r.explore is None else r.explore for r in requests]
-        served: list[tuple[list[str], list[Any], str, list[float], int]] = [([], [], "", [], 0)] * len(
-            requests
-        )
+        served: list[SlateDraws] = [SlateDraws([], [], [], 0)] * len(requests)
         for tau in sorted(set(temps)):
             idx = [i for i, t in enumerate(temps) if t == tau]
-            n = 1 if tau <= GREEDY else n_samples
-            tasks = [self._task(requests[i]) for i in idx for _ in range(n)]
-            per_task, env = self.bundle.rollout(self._agent(tau), tasks)
-            slates = per_task["slate"].to_list()
-            for j, i in enumerate(idx):
-                first = j * n
-                plan = [h.action for h in env.episodes[first].history if h.action is not None]
-                props = position_propensities(slates[first : first + n], slates[first])
-                served[i] = (slates[first], plan, per_task["plan"][first], props, n)
+            tasks = [self._task(requests[i]) for i in idx]
+            if tau <= GREEDY:
+                per_task, env = self.bundle.rollout(self._agent(tau), tasks)
+                for j, i in enumerate(idx):
+                    plan = [h.action for h in env.episodes[j].history if h.action is not None]
+                    served[i] = SlateDraws([per_task["slate"][j].to_list()], [per_task["plan"][j]], plan, 1)
+                continue
+            for i, d in zip(idx, self.bundle.sample_slates(self._agent(tau), tasks, n_samples), strict=True):
+                served[i] = d
         rm = self.bundle.reward_model
-        users = [r.user_id for r, s in zip(requests, served, strict=True) for _ in s[0]]
-        items = [it for s in served for it in s[0]]
+        users = [r.user_id for r, d in zip(requests, served, strict=True) for _ in d.slates[0]]
+        items = [it for d in served for it in d.slates[0]]
         scores = rm.score(users, items) if items else None
         answers, start = [], 0
-        for r, tau, (slate, plan, sig, props, n) in zip(requests, temps, served, strict=True):
+        for r, tau, d in zip(requests, temps, served, strict=True):
+            slate = d.slates[0]
             if not slate:
                 answers.append(self.fallback(r, "no_slate"))
                 continue
+            props = position_propensities(d.slates, slate)
             sl = slice(start, start + len(slate))
             start += len(slate)
             assert scores is not None
@@ -117,7 +120,11 @@ class LoadedModel:
                 }
                 for p, it in enumerate(slate)
             ]
-            answers.append(self._answer(r, rows, plan, sig, max(tau, GREEDY), n, tau > GREEDY, None, None))
+            slot1 = None if d.slot1 is None or d.unexplored is None else (d.slot1, d.slot1 + d.unexplored)
+            answers.append(
+                self._answer(r, rows, d.served_plan, d.plans[0], max(tau, GREEDY), len(d.slates), tau > GREEDY,
+                             None, None, slot1)
+            )  # fmt: skip
         return answers
 
     def fallback(self, r: ActRequest, reason: Literal["deadline", "no_slate"]) -> Answer:
@@ -147,7 +154,7 @@ class LoadedModel:
         ]
         plan: list[Any] = [action, Recommend(items=slate)] if slate else [action]
         sig = "search:popularity>recommend" if slate else "search:popularity"
-        return self._answer(r, rows, plan, sig, GREEDY, 1, False, "popularity", reason)
+        return self._answer(r, rows, plan, sig, GREEDY, 1, False, "popularity", reason, None)
 
     def _task(self, r: ActRequest) -> Task:
         req = r.request
@@ -165,6 +172,7 @@ class LoadedModel:
         evaluable: bool,
         fallback: str | None,
         reason: str | None,
+        slot1: tuple[float, float] | None,
     ) -> Answer:
         cat = self.bundle.catalogue.row
         unknown = [i for i in r.candidates if i not in cat] if r.candidates is not None else []
@@ -183,6 +191,7 @@ class LoadedModel:
             "unknown_candidates": unknown,
             "fallback": fallback,
             "fallback_reason": reason,
+            "slot1_propensity": None if slot1 is None else {"low": slot1[0], "high": slot1[1]},
         }
         decision = DecisionRecord(
             ts=time.time(),
@@ -200,6 +209,8 @@ class LoadedModel:
             fallback=fallback,
             plan=signature,
             cold_user=cold_user,
+            slot1_low=None if slot1 is None else slot1[0],
+            slot1_high=None if slot1 is None else slot1[1],
             slate=[
                 SlateEntry(item_id=x["item_id"], position=x["position"], propensity=x["propensity"])
                 for x in rows

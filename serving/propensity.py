@@ -11,6 +11,11 @@ episodes of the same request under the served temperature, the served episode am
 The served draw counts, so a served item never gets 0 (a propensity is at least 1/N). Its
 expectation given that (i, j) was served is ``1/N + (N - 1)/N * p(i, j)``: the bias is at
 most 1/N, which is why N is logged with every decision.
+
+The N episodes come from ``Policy.sample_slates`` (for the native policy one plan tree, the
+same distribution as N separate episodes at a fraction of the cost); it also brackets the
+first slot's exact probability (``SlateDraws.slot1``/``unexplored``), which the answer
+reports next to these counts.
 """
 
 from __future__ import annotations

@@ -154,6 +154,13 @@ class SlateItem(BaseModel):
     propensity: float = Field(description="P(this item at this position | request), Monte Carlo over N")
 
 
+class Slot1(BaseModel):
+    low: float = Field(description="exact P(first item first | request) summed over the distinct plans drawn")
+    high: float = Field(
+        description="low + the probability of the plans no draw took (the true value is between)"
+    )
+
+
 class ActResponse(BaseModel):
     request_id: str
     policy_version: str
@@ -168,6 +175,9 @@ class ActResponse(BaseModel):
     unknown_candidates: list[str] = Field(default_factory=list)
     fallback: Literal["popularity"] | None = None
     fallback_reason: Literal["deadline", "no_slate"] | None = None
+    slot1_propensity: Slot1 | None = Field(
+        None, description="bounds on the first slot's exact propensity (sampled answers of the native policy)"
+    )
     logged: bool = Field(
         True,
         description="false: the decision log is failing and this decision was not stored (not evaluable)",

@@ -21,7 +21,7 @@ Rules (docs/env.md has the formulas):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -98,6 +98,18 @@ class BatchEnv:
             feasible = int((sat & allowed).sum() if allowed is not None else sat.sum())
             self.episodes.append(_Episode(t, t.k or self.cfg.k, view, allowed, feasible))
         self._obs = [self._observe(e) for e in self.episodes]
+        return list(self._obs)
+
+    def branch(self, parents: Sequence[int]) -> list[Observation]:
+        """Replace the episodes by copies of ``parents`` (indices into the current ones; one may
+        repeat): each copy then steps on its own. How a plan tree forks one episode into the
+        different next calls its samples chose (``parpo.policy.plan_tree``)."""
+        old, obs = self.episodes, self._obs
+        # A step replaces ``candidates`` but appends to ``history`` and ``surfaced``: copy those.
+        self.episodes = [
+            replace(old[p], history=list(old[p].history), surfaced=set(old[p].surfaced)) for p in parents
+        ]
+        self._obs = [obs[p] for p in parents]
         return list(self._obs)
 
     def _observe(self, e: _Episode) -> Observation:

@@ -19,8 +19,11 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from parpo.env.environment import BatchEnv
 from parpo.env.observation import Observation
 from parpo.env.schema import Filter, Recommend, Search
+from parpo.env.tasks import Task
+from parpo.policy.slates import SlateDraws, episode_slates
 
 
 @dataclass
@@ -56,5 +59,13 @@ class Policy(Protocol):
         """Per-token log-probabilities [B, T] and entropies [B, T] of ``tokens`` under the current
         parameters (differentiable), for inputs recorded by ``act``."""
         ...
+
+    def sample_slates(
+        self, env: BatchEnv, tasks: Sequence[Task], n: int, *, generator: Any = None
+    ) -> list[SlateDraws]:
+        """``n`` independent sampled episodes of each task (``parpo.policy.slates``), as slates.
+        The default runs them one by one; a backend that can share work between them overrides it
+        (the native one: ``parpo.policy.plan_tree``)."""
+        return episode_slates(self, env, tasks, n, generator=generator)
 
     def save(self, directory: str | Path) -> None: ...

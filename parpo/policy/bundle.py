@@ -35,6 +35,7 @@ from parpo.env.tasks import Task
 from parpo.policy.agent import PolicyAgent
 from parpo.policy.backends import policy_class
 from parpo.policy.base import Policy
+from parpo.policy.slates import SlateDraws
 
 CATALOGUE = "catalogue.parquet"
 ANCHORS = "anchors.parquet"
@@ -113,3 +114,13 @@ class PolicyBundle:
         ``preference`` is 0, not computed) and the env, whose ``episodes`` hold each plan's calls."""
         env = BatchEnv(self.catalogue, _NoReward(), self.env)
         return run_episodes(env, agent, tasks, batch_size=max(len(tasks), 1)), env
+
+    def sample_slates(self, agent: PolicyAgent, tasks: Sequence[Task], n: int) -> list[SlateDraws]:
+        """``n`` sampled episodes of each task with ``agent``'s policy and generator, as slates
+        (``Policy.sample_slates``: draw 0 is the one to serve). A greedy agent has nothing to sample."""
+        if agent.greedy:
+            raise ValueError(
+                "sample_slates needs a sampling agent (temperature > 0); greedy answers are one rollout"
+            )
+        env = BatchEnv(self.catalogue, _NoReward(), self.env)
+        return agent.policy.sample_slates(env, tasks, n, generator=agent.generator)

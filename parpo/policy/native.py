@@ -27,12 +27,16 @@ import torch
 from torch import Tensor, nn
 
 from parpo.env.catalogue import FEATURES, Catalogue
+from parpo.env.environment import BatchEnv
 from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES
+from parpo.env.tasks import Task
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
 from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
+from parpo.policy.plan_tree import gumbel_noise, sample_tree
+from parpo.policy.slates import SlateDraws
 from parpo.policy.tokens import (
     CONSTRAIN,
     HEAD,
@@ -200,11 +204,6 @@ def _sample(logits: Tensor, allowed: Tensor, tau: float, greedy: bool, gen: torc
     return torch.multinomial(torch.softmax(z, -1), 1, generator=gen).squeeze(-1)
 
 
-def _gumbel(shape: torch.Size, gen: torch.Generator | None, device: torch.device) -> Tensor:
-    u = torch.rand(shape, generator=gen, device=device).clamp_(1e-20, 1.0 - 1e-7)
-    return -torch.log(-torch.log(u))
-
-
 class NativePolicy:
     """The native backend behind the ``Policy`` interface (``parpo.policy.base``)."""
 
@@ -248,7 +247,7 @@ class NativePolicy:
         n = logits["pointer"].shape[1]
         z = (logits["pointer"] / tau).masked_fill(~x["cand_mask"][:, :n], float("-inf"))
         if not greedy:
-            z = z + _gumbel(z.shape, generator, dev)
+            z = z + gumbel_noise(z.shape, generator, dev)
         kk = min(k, n)
         tokens[:, HEAD : HEAD + kk] = z.topk(kk, dim=-1).indices
         # Non-policy slots hold 0 so that the recorded tokens are canonical.
@@ -258,6 +257,13 @@ class NativePolicy:
         host = tokens.cpu().numpy()
         actions = [decode(o, host[i], n_pick[i], self.search_k) for i, o in enumerate(observations)]
         return ActOutput(actions, x, tokens, logp, mask)
+
+    def sample_slates(
+        self, env: BatchEnv, tasks: Sequence[Task], n: int, *, generator: Any = None
+    ) -> list[SlateDraws]:
+        """``Policy.sample_slates`` as one plan tree: each distinct plan's steps run once, the
+        slates of a plan drawn together (``parpo.policy.plan_tree``; same distribution)."""
+        return sample_tree(self, env, tasks, n, generator)
 
     def logprobs(self, inputs: dict[str, Tensor], tokens: Tensor) -> tuple[Tensor, Tensor]:
         logp, ent, _ = self.net(inputs, tokens, self.temperature)

@@ -45,8 +45,12 @@ def test_act_answers_with_versions_plan_and_propensities(serve_registry, tmp_pat
         # The served draw is one of the N samples: at least 1/N, at most 1, a multiple of 1/N.
         assert 1 / 16 <= s["propensity"] <= 1.0 and (s["propensity"] * 16) == round(s["propensity"] * 16)
         assert s["score"] == pytest.approx(s["interest"] + s["conformity"], abs=1e-6)
+    # The first slot's exact part over the plans drawn, and the bound the others leave.
+    s1 = out["slot1_propensity"]
+    assert 0 < s1["low"] <= s1["high"] <= 1 + 1e-9
     (dec,) = [d for d in read_records(ev / "decisions") if d["request_id"] == "r1"]
     assert dec["policy_version"] == prod and dec["n_samples"] == 16 and dec["context"] == {"page": "home"}
+    assert (dec["slot1_low"], dec["slot1_high"]) == (s1["low"], s1["high"])
     assert [(s["item_id"], s["propensity"]) for s in dec["slate"]] == [
         (s["item_id"], s["propensity"]) for s in slate
     ]
@@ -70,7 +74,7 @@ def test_greedy_is_not_evaluable_and_unknowns_are_flagged(served):
     ).json()["responses"]
     g, n = out
     assert g["evaluable"] is False and g["explore"] == 0 and g["n_samples"] == 1
-    assert all(s["propensity"] == 1.0 for s in g["slate"])
+    assert all(s["propensity"] == 1.0 for s in g["slate"]) and g["slot1_propensity"] is None
     assert n["cold_user"] is True and n["unknown_candidates"] == ["nope"]
     assert {s["item_id"] for s in n["slate"]} <= {"i0001", "i0002"}
     assert all(s["cold"] for s in n["slate"])  # a cold user makes every pair cold

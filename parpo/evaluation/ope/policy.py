@@ -136,9 +136,11 @@ def slate_samples(
             request = Request.model_validate(
                 {k: req.get(k) for k in ("category", "constraints", "text") if req.get(k)}
             )
-            task = bundle.task(rid, uid, request, candidates=req.get("candidates"), k=req.get("k"))
-            tasks += [task] * samples
-        slates = bundle.rollout(agent, tasks)[0]["slate"].to_list()
+            tasks.append(bundle.task(rid, uid, request, candidates=req.get("candidates"), k=req.get("k")))
+        if temperature > 0:  # the serving propensity's own draws (``Policy.sample_slates``)
+            out += [d.slates for d in bundle.sample_slates(agent, tasks, samples)]
+            continue
+        slates = bundle.rollout(agent, [t for t in tasks for _ in range(samples)])[0]["slate"].to_list()
         out += [slates[i : i + samples] for i in range(0, len(slates), samples)]
     return out
 

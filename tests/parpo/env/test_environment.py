@@ -121,6 +121,21 @@ def test_filter_narrows_the_candidates():
     assert obs.candidate_ids == ["a1", "a0"]
 
 
+def test_branched_episodes_step_on_their_own():
+    """``branch`` forks one episode into copies that take different calls (the plan tree)."""
+    b = BatchEnv(hand_catalogue(), HandReward(), CFG)
+    b.reset([task()])
+    b.step([Search(category="a", k=10)])
+    assert [o.candidate_ids for o in b.branch([0, 0])] == [["a1", "a0", "a2"]] * 2
+    obs, _, term, _, info = b.step([Filter(constraints=REQ.constraints), Recommend(items=["a2"])])
+    assert obs[0].candidate_ids == ["a0", "a2"] and not term[0]
+    assert term[1] and info[1]["plan"] == "search:popularity>recommend" and info[1]["slate"] == ["a2"]
+    # The first copy's history has its own filter; the second's never saw it.
+    assert [c.signature for c in b.episodes[0].history] == ["search:popularity", "filter"]
+    assert [c.signature for c in b.episodes[1].history] == ["search:popularity", "recommend"]
+    assert [o.step for o in b.branch([1, 0])] == [2, 2]
+
+
 def test_batch_calls_the_reward_model_once_per_user_and_slate_and_transforms():
     rm = HandReward()
     b = BatchEnv(hand_catalogue(), rm, CFG, preference_transform=lambda users, r: r * 10)
