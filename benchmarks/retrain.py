@@ -66,11 +66,12 @@ def steps_to(points: list[tuple[int, float]], target: float) -> int | None:
     return next((s for s, v in points if v <= target), None)
 
 
-def one_seed(seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def drifted_base(seed: int, args: argparse.Namespace, root: Path) -> Any:
+    """The world (``root/dir``), its drifted continuation (``root/new``) and the base reward model
+    published to ``root/REG``; returns the reward config."""
     from data_pipelines.synth import SynthConfig, write, write_continuation
     from data_pipelines.synth.drift import ContinueConfig
     from parpo.presets import load
-    from parpo.retrain.job import RetrainRequest, retrain
     from reward_models.config import RewardConfig
     from reward_models.pipeline import train_and_publish
 
@@ -81,8 +82,16 @@ def one_seed(seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     write(world, root / "dir")
     write_continuation(root / "dir", root / "new", drift)
     cfg = load(RewardConfig, "reward", "dice", [*OVERRIDES, f"runtime.seed={seed}"])
+    train_and_publish(cfg, root / "dir", root / "REG", root / "base-run", label="dice")
+    return cfg
+
+
+def one_seed(seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    from parpo.retrain.job import RetrainRequest, retrain
+    from reward_models.pipeline import train_and_publish
+
+    cfg = drifted_base(seed, args, root)
     reg = root / "REG"
-    train_and_publish(cfg, root / "dir", reg, root / "base-run", label="dice")
     t0 = time.perf_counter()
     scratch = train_and_publish(cfg, root / "new", root / "SCRATCH", root / "scratch-run", label="dice")
     scratch_s = time.perf_counter() - t0
@@ -155,23 +164,12 @@ def anchor_modes(seed: int, args: argparse.Namespace, root: Path) -> list[dict[s
     """One line per anchor mode: the candidate policy vs production (see the module docstring)."""
     import shutil
 
-    from data_pipelines.synth import SynthConfig, write, write_continuation
-    from data_pipelines.synth.drift import ContinueConfig
     from parpo.presets import load
     from parpo.retrain.job import RetrainRequest, retrain
     from parpo.trainer.config import PolicyTrainConfig
     from parpo.trainer.pipeline import train_and_publish as policy_train
-    from reward_models.config import RewardConfig
-    from reward_models.pipeline import train_and_publish
 
-    world = SynthConfig(n_users=args.users, n_items=args.items, rounds=8, seed=seed)
-    drift = ContinueConfig(
-        rounds=2, new_users=args.users // 10, new_items=args.new_items, interest_drift=args.drift
-    )
-    write(world, root / "dir")
-    write_continuation(root / "dir", root / "new", drift)
-    cfg = load(RewardConfig, "reward", "dice", [*OVERRIDES, f"runtime.seed={seed}"])
-    train_and_publish(cfg, root / "dir", root / "REG", root / "base-run", label="dice")
+    drifted_base(seed, args, root)
     pcfg = load(
         PolicyTrainConfig, "policy", "default", [*POLICY_FAST, f"train.updates={2 * args.policy_updates}"]
     )
