@@ -212,7 +212,7 @@ def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
         figures.preference_vs_quality(policies) if flat is None else None,
         "preference vs task quality",
         "no eval recorded"
-        if not warm
+        if flat is None
         else f"every agent has task quality {flat:.3f} on warm tasks: preference alone is in the tables",
     )
 
@@ -225,7 +225,9 @@ def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
     doc.figure(
         figures.grouped_bars("Task quality", cw, "task quality") if flat is None else None,
         "cold vs warm",
-        "no eval recorded" if not cw else f"every agent has task quality {flat:.3f} on warm and cold tasks",
+        "no eval recorded"
+        if flat is None
+        else f"every agent has task quality {flat:.3f} on warm and cold tasks",
     )
     doc.table(["agent", *(f"{m} {part}" for m in ("task_quality", "hit@10") for part in PARTS)],
               [[a, *(_fmt(_agents(policies, part)[a].get(m)) for m in ("task_quality", "hit@10") for part in PARTS)]
