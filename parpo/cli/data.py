@@ -24,6 +24,23 @@ Overrides = Annotated[
 ]
 
 
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the result (dataset, summary, splits) as one JSON object.")
+]
+
+
+def _result(as_json: bool, out: Path, summary: dict, splits: dict[str, Path], cfg) -> None:
+    """The end of a command that writes a dataset: one JSON object, or the summary table and splits."""
+    from parpo.cli.console import console, summary_table
+
+    if as_json:
+        typer.echo(json.dumps({"out": str(out), "summary": summary, "splits": {k: str(v) for k, v in splits.items()}},
+                              default=str))  # fmt: skip
+        return
+    console.print(summary_table(summary))
+    _print_splits(splits, cfg)
+
+
 def _config(name: str | None, overrides: list[str] | None):
     from data_pipelines.data_config import DataConfig
     from parpo.presets import load
@@ -58,12 +75,6 @@ def _print_splits(paths: dict[str, Path], cfg) -> None:
         console.print(f"splits: {', '.join(sorted(paths))} (seed {cfg.split.seed})")
 
 
-def _write_splits(out: Path, cfg) -> None:
-    from parpo.api.data import write_splits
-
-    _print_splits(write_splits(out, cfg), cfg)
-
-
 @app.command()
 def ingest(
     source: Annotated[
@@ -83,6 +94,7 @@ def ingest(
     ] = None,
     splits: Annotated[bool, typer.Option(help="Write every applicable split (seed from config).")] = True,
     config: ConfigOpt = None,
+    as_json: JsonOpt = False,
     overrides: Overrides = None,
 ) -> None:
     """Ingest a log into a canonical dataset; bad lines go to DIR/rejects/ with a reason.
@@ -90,13 +102,17 @@ def ingest(
     Appending to an existing DIR is one transaction; re-ingesting the same file is a no-op.
     """
     from parpo.api.data import ingest as run_ingest
-    from parpo.cli.console import console, progress, summary_table
+    from parpo.cli.console import console, progress, stdout_for_json, summary_table
 
     cfg = _config(config, overrides)
-    with progress(f"ingest {source}") as advance:
+    with stdout_for_json(as_json), progress(f"ingest {source}") as advance:
         res = run_ingest(
             source=source, input=input, out=out, map=map, splits=splits, config=cfg, progress=advance
         )
+    if as_json:
+        typer.echo(json.dumps({"out": str(out), "unchanged": res.unchanged, "summary": res.summary,
+                               "splits": {k: str(v) for k, v in (res.splits or {}).items()}}, default=str))  # fmt: skip
+        return
     if res.unchanged:
         console.print(f"[yellow]already ingested[/]: {input} (same sha256); {out} unchanged")
         return
@@ -146,6 +162,7 @@ def synth(
         ),
     ] = None,
     config: ConfigOpt = None,
+    as_json: JsonOpt = False,
     overrides: Overrides = None,
 ) -> None:
     """Synthesise a log with known interest and conformity (truth/ and uniform_test/ included).
@@ -153,7 +170,7 @@ def synth(
     --continue-from DIR plays more rounds of DIR's world into a new --out (DIR is only read):
     new users and items appear and a share of users' interests drift (docs/synthetic.md).
     """
-    from parpo.cli.console import console, summary_table
+    from parpo.cli.console import console
     from parpo_core.errors import UserError
 
     grow = {"new_users": new_users, "new_items": new_items, "interest_drift": interest_drift}
@@ -161,7 +178,7 @@ def synth(
         clash = [n for n, v in (("--users", users), ("--items", items), ("--csv", csv)) if v is not None]
         clash += [o for o in overrides or [] if o.startswith("synth.")]
         spec = {"rounds": rounds, "seed": seed, **grow}
-        _continue(continue_from, out, spec, clash, _config(config, overrides))
+        _continue(continue_from, out, spec, clash, _config(config, overrides), as_json)
         return
     extra = [k for k, v in grow.items() if v is not None]
     if extra:
@@ -177,22 +194,27 @@ def synth(
 
     if csv is not None:
         n = gen.write_csv(cfg.synth, csv)
-        console.print(f"wrote {n:,} rows to {csv}")
+        if as_json:
+            typer.echo(json.dumps({"csv": str(csv), "rows": n}))
+        else:
+            console.print(f"wrote {n:,} rows to {csv}")
         return
     if out is None:
         raise UserError("give --out DIR (a dataset folder to create) or --csv FILE")
     from parpo.api.data import synth as run_synth
 
     res = run_synth(out=out, config=cfg)
-    console.print(summary_table(res.summary))
-    _print_splits(res.splits, cfg)
+    _result(as_json, out, res.summary, res.splits, cfg)
 
 
-def _continue(src: Path, out: Path | None, spec: dict, clash: list[str], cfg: DataConfig) -> None:
+def _continue(
+    src: Path, out: Path | None, spec: dict, clash: list[str], cfg: DataConfig, as_json: bool = False
+) -> None:
     """``parpo data synth --continue-from``: ``spec`` the continuation's flags (None: not given);
     ``clash`` the flags given that set the world, which is DIR's. ``cfg`` (the data config) only
     sets how the splits are cut."""
-    from parpo.cli.console import console, summary_table
+    from parpo.api.data import write_splits
+    from parpo.cli.console import console
     from parpo.presets import validate, write_resolved
     from parpo_core.errors import UserError
 
@@ -209,13 +231,13 @@ def _continue(src: Path, out: Path | None, spec: dict, clash: list[str], cfg: Da
     world = SynthConfig.model_validate(json.loads((out / "truth" / "meta.json").read_text())["config"])
     write_resolved(cfg.model_copy(update={"synth": world}), out / "config.yaml")
     record = summary["synth"]["continuation"]
-    console.print(summary_table(summary))
-    console.print(
-        f"continuation {record['continuation']} of {src}: rounds {record['first_round']}.."
-        f"{record['first_round'] + record['rounds'] - 1}, {record['new_users']} new users, "
-        f"{record['new_items']} new items, {record['drifted_users']} users drifted (seed {record['seed']})"
-    )
-    _write_splits(out, cfg)
+    _result(as_json, out, summary, write_splits(out, cfg), cfg)
+    if not as_json:
+        console.print(
+            f"continuation {record['continuation']} of {src}: rounds {record['first_round']}.."
+            f"{record['first_round'] + record['rounds'] - 1}, {record['new_users']} new users, "
+            f"{record['new_items']} new items, {record['drifted_users']} users drifted (seed {record['seed']})"
+        )
 
 
 @app.command()

@@ -96,3 +96,23 @@ def test_train_json_is_one_object_on_stdout_and_paths_stay_whole(tiny_synth, tmp
     assert len(str(deep)) > 80
     (line,) = [ln for ln in res.stdout.splitlines() if "run folder" in ln]
     assert line.endswith(f"run folder {deep}")
+
+
+def test_data_synth_and_ingest_json_are_one_object_with_the_dataset_and_its_splits(tmp_path):
+    def run(*args: str) -> dict:
+        res = subprocess.run([*PARPO, *args, "--json"], capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return json.loads(res.stdout)  # stdout is the JSON object and nothing else
+
+    world = run("data", "synth", "--out", str(tmp_path / "w"), "--users", "40", "--items", "60")
+    assert world["out"] == str(tmp_path / "w") and world["summary"]["rows_accepted"] > 0
+    assert {"intervened", "temporal"} <= set(world["splits"])
+    more = run("data", "synth", "--continue-from", str(tmp_path / "w"), "--out", str(tmp_path / "w2"),
+               "--rounds", "1", "--new-users", "3")  # fmt: skip
+    assert more["summary"]["synth"]["continuation"]["new_users"] == 3
+    csv = tmp_path / "log.csv"
+    run("data", "synth", "--csv", str(csv), "--users", "40", "--items", "60")
+    args = ("data", "ingest", "-s", "canonical", "-i", str(csv), "--out", str(tmp_path / "d"))
+    first, again = run(*args), run(*args)
+    assert first["unchanged"] is False and again["unchanged"] is True
+    assert first["summary"]["rows_accepted"] == again["summary"]["rows_accepted"] > 0
