@@ -290,6 +290,20 @@ class RewardModel:
         }
 
     @torch.no_grad()
+    def score_matrix(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Profiles = None
+    ) -> dict[str, np.ndarray]:
+        """Every user against every item: ``interest`` and ``conformity`` [U, I] float32 (one matrix
+        product per branch: a catalogue-wide table never gathers a vector per pair), ``cold_item``
+        [I] bool. The same values as ``score`` on the U x I pairs (up to float summation order)."""
+        uv, _ = self.user_vectors(list(user_ids), profiles)
+        iv, icold = self.item_vectors(item_ids)
+        s = {b: (uv[b] @ iv[b].T).numpy() for b in self.branches}
+        interest = s["interest"]
+        conformity = s["conformity"] if self.disentangled else np.zeros_like(interest)
+        return {"interest": interest, "conformity": conformity, "cold_item": icold}
+
+    @torch.no_grad()
     def preference_reward(
         self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Profiles = None
     ) -> np.ndarray:

@@ -41,3 +41,10 @@ class RewardModel(PreferenceModel, Protocol):
         """[N] ``interest``, ``conformity``, ``click`` and ``cold``/``cold_user``/``cold_item`` flags
         of the pairs (user_ids[k], item_ids[k])."""
         ...
+
+    def score_matrix(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Any = None
+    ) -> dict[str, np.ndarray]:
+        """Every user against every item: [U, I] ``interest`` and ``conformity``, [I] ``cold_item``
+        (what ``score`` gives for the U x I pairs, without gathering a vector per pair)."""
+        ...

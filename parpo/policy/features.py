@@ -35,8 +35,8 @@ PERSONAL_FEATURES: tuple[str, ...] = ("rm_interest_pct", "rm_interest_z", "rm_co
 NEUTRAL = np.array([0.5, 0.0, 0.0, 0.0], dtype=np.float32)
 #: Cached per-user tables hold at most this many cells (users x items x features) in all.
 PERSONAL_CACHE_CELLS = 1 << 24
-#: (user, item) pairs per reward-model call when building tables (a batch of users x a large
-#: catalogue would otherwise gather every pair's vectors at once).
+#: Scores per reward-model call when building tables (users x catalogue items), so many users
+#: against a large catalogue stay a few MiB at a time.
 PERSONAL_MAX_PAIRS = 1 << 21
 
 
@@ -103,24 +103,17 @@ class Featurizer:
         return np.stack(vecs)
 
     def _personal_tables(self, todo: Sequence[tuple[str, tuple[str, ...] | None]]) -> list[np.ndarray]:
-        """One ``personal_table`` per (user, profile): reward-model calls over the whole catalogue,
-        at most ``PERSONAL_MAX_PAIRS`` pairs each."""
+        """One ``personal_table`` per (user, profile): ``score_matrix`` of users x the whole
+        catalogue, at most ``PERSONAL_MAX_PAIRS`` scores per call."""
         items = list(self.catalogue.item_ids)
-        n = len(items)
-        per_call = max(1, PERSONAL_MAX_PAIRS // max(n, 1))
+        per_call = max(1, PERSONAL_MAX_PAIRS // max(len(items), 1))
         out = []
         for start in range(0, len(todo), per_call):
             chunk = todo[start : start + per_call]
             prof = {u: list(p) for u, p in chunk if p is not None}
-            s = self.reward_model.score(
-                [u for u, _ in chunk for _ in range(n)], items * len(chunk), prof or None
-            )
+            s = self.reward_model.score_matrix([u for u, _ in chunk], items, prof or None)
             out += [
-                personal_table(
-                    s["interest"][j * n : (j + 1) * n],
-                    s["conformity"][j * n : (j + 1) * n],
-                    ~s["cold_item"][j * n : (j + 1) * n],
-                )
+                personal_table(s["interest"][j], s["conformity"][j], ~s["cold_item"])
                 for j in range(len(chunk))
             ]
         return out

@@ -57,6 +57,17 @@ class HandReward:
         cold = np.array([i not in self.VALUES for i in item_ids], dtype=bool)
         return {"interest": interest, "conformity": np.zeros_like(interest), "cold_item": cold}
 
+    def score_matrix(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Any = None
+    ) -> dict[str, np.ndarray]:
+        one = self.score(list(user_ids[:1]) * len(item_ids), item_ids, profiles)
+        rows = len(user_ids)
+        return {
+            "interest": np.tile(one["interest"], (rows, 1)),
+            "conformity": np.tile(one["conformity"], (rows, 1)),
+            "cold_item": one["cold_item"],
+        }
+
 
 class HandUsers(HandReward):
     """``HandReward`` plus fixed 3-d interest vectors per user (unknown users: zeros, cold)."""

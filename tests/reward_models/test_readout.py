@@ -69,6 +69,17 @@ def test_cold_users_and_items(rm):
     assert t["interest"][0] == pytest.approx(0.5)
 
 
+def test_score_matrix_is_score_on_every_pair(rm):
+    users, items = ["ua", "ub", "uc", "nobody", "new"], [*ITEMS, "zz"]
+    prof = {"new": ["i0", "i2"]}
+    m = rm.score_matrix(users, items, prof)
+    assert m["interest"].shape == m["conformity"].shape == (5, 6)
+    pairs = rm.score([u for u in users for _ in items], items * len(users), prof)
+    np.testing.assert_allclose(m["interest"].ravel(), pairs["interest"], rtol=1e-6)
+    np.testing.assert_allclose(m["conformity"].ravel(), pairs["conformity"], rtol=1e-6)
+    assert m["cold_item"].tolist() == [False, False, False, False, True, True]
+
+
 def test_preference_reward(rm):
     # ua's interest over the reference items i0..i3: 1, .5, 0, -1
     r = rm.preference_reward(["ua", "ua", "ua", "ua", "ub"], [["i0"], ["i3"], ["i0", "i3"], [], ["i4"]])
