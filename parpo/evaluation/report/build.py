@@ -171,8 +171,61 @@ def _headline(doc: _Doc, policies: list[PolicyData]) -> None:
         doc.note(line)
 
 
+#: Reward-model rows: (label, key in metrics.json, key of MostPop's value or None).
+REWARD_ROWS = (
+    ("interest vs the true interest (Spearman)", "synthetic.interest_spearman", None),
+    ("conformity vs the true conformity (Spearman)", "synthetic.conformity_spearman", None),
+    ("uniform-exposure NDCG@10, report half (click)", "report_half.ndcg@10", "baselines.mostpop.report_half.ndcg@10"),
+    ("uniform-exposure NDCG@10, all users (click)", "synthetic.uniform.ndcg@10", "baselines.mostpop.synthetic.uniform.ndcg@10"),
+    ("uniform-exposure NDCG@10, all users (interest)", "synthetic.uniform_interest.ndcg@10", None),
+    ("test NDCG@10 (exposure-following split)", "test.ndcg@10", "baselines.mostpop.test.ndcg@10"),
+    ("interest vs item popularity (Spearman)", "diagnostics.interest_popularity_spearman", None),
+    ("click vs item popularity (Spearman)", "diagnostics.click_popularity_spearman", None),
+)  # fmt: skip
+
+
+def _dig(d: dict[str, Any] | None, dotted: str) -> Any:
+    """``d["a"]["b.c"]`` style lookup of ``a.b.c`` (metric names hold dots); None when absent."""
+    if d is None:
+        return None
+    head, _, rest = dotted.partition(".")
+    if dotted in d:
+        return d[dotted]
+    if head in d and isinstance(d[head], dict) and rest:
+        return _dig(d[head], rest)
+    return None
+
+
+def _reward(doc: _Doc, policies: list[PolicyData]) -> None:
+    """The reward model each policy was trained against: how it ranks, next to MostPop, how much of
+    its interest is popularity, and (synthetic data) how close it is to the truth."""
+    doc.section(
+        "Reward model",
+        "The reward version each policy was trained against (its metrics.json): the policy can only "
+        "be as personal as this model's interest branch.",
+    )
+    seen: dict[str, dict[str, Any] | None] = {}
+    for p in policies:
+        if p.reward_version and p.reward_version not in seen:
+            seen[p.reward_version] = p.reward_metrics
+    if not seen:
+        doc.note("no reward version recorded in the policies' lineage")
+        return
+    rows = []
+    for version, m in seen.items():
+        if m is None:
+            rows.append([_short(version), "metrics.json missing (version removed?)", "—", "—"])
+            continue
+        for label, key, base in REWARD_ROWS:
+            value = _dig(m, key)
+            if value is not None:
+                rows.append([_short(version), label, _fmt(value), _fmt(_dig(m, base)) if base else "—"])
+    doc.table(["reward version", "metric", "reward model", "MostPop"], rows)
+
+
 def _sections(doc: _Doc, policies: list[PolicyData]) -> None:
     _headline(doc, policies)
+    _reward(doc, policies)
     ev = [p for p in policies if p.eval is not None]
     doc.section(
         "Held-out tasks", "Means over the warm and cold held-out tasks of each version's eval (greedy)."

@@ -31,6 +31,8 @@ class PolicyData:
     eval_file: str | None = None
     eval: dict[str, Any] | None = None  # ``result`` of the chosen single-policy eval
     tasks: pl.DataFrame | None = None  # its per-task rows (every agent)
+    reward_version: str | None = None  # the reward version it was trained against (lineage)
+    reward_metrics: dict[str, Any] | None = None  # that version's metrics.json
     comparisons: list[dict[str, Any]] = field(default_factory=list)  # results of ``eval compare``
     ope: list[dict[str, Any]] = field(default_factory=list)  # results holding an ``ope`` section
 
@@ -43,6 +45,7 @@ def load_policy(registry: str | Path, version: str | None) -> PolicyData:
     """Read one version. Its single-policy eval: the first greedy one by file name (evals are
     add-only and named by data, split and config hash, so that choice is stable)."""
     from parpo_core.artefacts import Registry
+    from parpo_core.errors import UserError
 
     reg = Registry(registry)
     v = reg.open(KIND, version, verify=False)
@@ -54,6 +57,12 @@ def load_policy(registry: str | Path, version: str | None) -> PolicyData:
         item_ids=cat["item_id"].to_list(),
         popularity=cat["popularity"].cast(pl.Int64).to_numpy(),
     )
+    data.reward_version = v.lineage.reward
+    if data.reward_version:
+        try:
+            data.reward_metrics = reg.open("reward", data.reward_version, verify=False).metrics
+        except UserError:  # the reward version was removed: the report says so
+            data.reward_metrics = None
     for rec in reg.evals(KIND, v.name):
         res = rec.get("result") or {}
         if "against" in res:

@@ -73,6 +73,18 @@ def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synt
         (p, a) for p in ("warm", "cold") for a in ("popularity", "oracle_true")
     }
     assert all(r[3] == "true_preference" and r[-1] in ("wins", "ties", "loses") for r in head)
+    # the reward model the policies were trained against, its metrics.json beside MostPop's
+    rv = json.loads((reg / "policy" / v1 / "lineage.json").read_text())["reward"]
+    rm = json.loads(next((reg / "reward").glob(f"{rv}/metrics.json")).read_text())
+    rew = {r[1]: r for r in md_table(md, "Reward model")}
+    spearman = rew["interest vs the true interest (Spearman)"]
+    assert spearman[0] == rv[:7] and float(spearman[2]) == pytest.approx(
+        rm["synthetic"]["interest_spearman"], abs=5e-5
+    )
+    test_row = rew["test NDCG@10 (exposure-following split)"]
+    assert [float(test_row[2]), float(test_row[3])] == pytest.approx(
+        [rm["test"]["ndcg@10"], rm["baselines"]["mostpop"]["test"]["ndcg@10"]], abs=5e-5
+    )
     rows = md_table(md, "Held-out tasks")
     assert len(rows) == 4
     for version, part, n, true_pref, hit, _, tq, pref, share in rows:  # true preference leads
