@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from parpo.cli.console import REGISTRY_ENV
+from parpo.cli.tracking import LoggerOpt, RunNameOpt, tracker_overrides
 
 app = typer.Typer(
     help="Train, evaluate and run agent policies (tool calls + a personal slate) against a reward model.",
@@ -90,13 +91,15 @@ def train(
         bool,
         typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
     ] = False,
+    logger: LoggerOpt = None,
+    run_name: RunNameOpt = None,
     overrides: Overrides = None,
 ) -> None:
     """Train a policy on the reward version's split and publish it as a new `policy` version."""
     from parpo.api.train import publish_policy
     from parpo.cli.console import console, stdout_for_json
 
-    cfg = load_config(config, algo, group_size, overrides)
+    cfg = load_config(config, algo, group_size, [*(overrides or []), *tracker_overrides(logger, run_name)])
     with stdout_for_json(as_json):
         outcome = publish_policy(cfg, data, registry, reward_version, out, resume, config)
     if outcome is None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from parpo.cli.console import REGISTRY_ENV
+from parpo.cli.tracking import LoggerOpt, RunNameOpt, tracker_overrides
 from parpo_core.runs import is_rank_zero
 
 app = typer.Typer(
@@ -98,12 +99,14 @@ def train(
         bool,
         typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
     ] = False,
+    logger: LoggerOpt = None,
+    run_name: RunNameOpt = None,
     overrides: Overrides = None,
 ) -> None:
     """Train a reward model on a split, evaluate it, publish it as a new `reward` version (printed)."""
     from parpo.cli.console import stdout_for_json
 
-    cfg = load_config(config, split, overrides)
+    cfg = load_config(config, split, [*(overrides or []), *tracker_overrides(logger, run_name)])
     with stdout_for_json(as_json):
         outcome = run_training(cfg, data, registry, out, resume, label=config, quiet=as_json)
     if outcome is None:

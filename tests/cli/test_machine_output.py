@@ -69,9 +69,12 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_train_json_is_one_object_on_stdout_and_paths_stay_whole(tiny_synth, tmp_path):
     reg = tmp_path / "REG"
     res = run(
-        "reward", "train", "-d", str(tiny_synth), "-r", str(reg), "-o", str(tmp_path / "rw"), "--json", *FAST
-    )
+        "reward", "train", "-d", str(tiny_synth), "-r", str(reg), "-o", str(tmp_path / "rw"), "--json", *FAST,
+        "--logger", "tensorboard", "--run-name", "nightly: v2",
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
+    assert list((tmp_path / "rw" / "tensorboard").glob("events.out.tfevents.*"))  # --logger tensorboard
+    assert "run_name: 'nightly: v2'" in (tmp_path / "rw" / "config.yaml").read_text()
     out = json.loads(res.stdout)  # the whole of stdout: progress and metric lines went to stderr
     version = Registry(reg).open("reward", out["version"])
     assert out["published"] == f"reward/{version.name}" and out["run_dir"] == str(tmp_path / "rw")
@@ -81,9 +84,10 @@ def test_train_json_is_one_object_on_stdout_and_paths_stay_whole(tiny_synth, tmp
 
     res = run(
         "policy", "train", "-d", str(tiny_synth), "-r", str(reg), "-o", str(tmp_path / "p1"), "--json",
-        *SERVE_FAST,
+        *SERVE_FAST, "--logger", "mlflow",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
+    assert list((tmp_path / "p1" / "mlruns").glob("*/*/metrics/update"))  # a run with the update column
     out = json.loads(res.stdout)
     assert out["reward_version"] == version.name
     assert out["published"] == Registry(reg).open("policy", out["version"]).label
