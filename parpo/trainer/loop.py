@@ -362,19 +362,16 @@ def _bar(total: int, start: int, *, enabled: bool) -> Any:
     """``advance(metrics)`` per update, ``advance(None)`` to close; a no-op when disabled."""
     if not enabled:
         return lambda _m: None
-    from tqdm.auto import tqdm
+    from parpo_core.progress import step_progress
 
-    bar = tqdm(total=total, initial=start, desc="policy updates", unit="upd", dynamic_ncols=True)
+    step = step_progress("policy updates", total, start)
 
     def advance(m: dict[str, float] | None) -> None:
-        if m is None:
-            bar.close()
-            return
-        bar.set_postfix(
-            pref=f"{m.get('reward/preference/mean', 0):.3f}",
-            task=f"{m.get('report/task_quality', 0):.3f}",
-            hit=f"{m.get('report/hit@10', 0):.3f}",
+        step(
+            None
+            if m is None
+            else f"pref {m.get('reward/preference/mean', 0):.3f}  task {m.get('report/task_quality', 0):.3f}  "
+            f"hit@10 {m.get('report/hit@10', 0):.3f}"
         )
-        bar.update(1)
 
     return advance

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
 from pytorch_lightning.loggers import CSVLogger
 
 from reward_models.config import RewardConfig
@@ -146,6 +146,41 @@ class Throughput(Callback):
             self._t0 = None
 
 
+class StepBar(ProgressBar):
+    """The project's one progress style (``parpo_core.progress``) for Lightning: a line (or a bar
+    update on a terminal) per validation, with the train loss and the selection metric."""
+
+    def __init__(self, monitor: str) -> None:
+        super().__init__()
+        self.monitor, self.on = monitor, True
+        self._advance: Any = None
+
+    def disable(self) -> None:
+        self.on = False
+
+    def enable(self) -> None:
+        self.on = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from parpo_core.progress import step_progress
+
+        if self.on and trainer.is_global_zero:
+            self._advance = step_progress("reward evaluations", None)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._advance is None or trainer.sanity_checking:
+            return
+        m = trainer.callback_metrics
+        shown = [k for k in ("loss", self.monitor) if k in m]
+        info = "  ".join(f"{k} {float(m[k]):.4f}" for k in shown)
+        self._advance(f"step {trainer.global_step}  epoch {trainer.current_epoch}  {info}")
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._advance is not None:
+            self._advance(None)
+            self._advance = None
+
+
 def _loggers(cfg: RewardConfig, run_dir: Path) -> list[Any]:
     """The CSV log (always: the registry and the report read it) and the trackers of ``runtime.loggers``."""
     from parpo_core.trackers import trackers
@@ -166,6 +201,8 @@ def make_trainer(
         cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
         strategy = DDPStrategy(process_group_backend="gloo" if cpu else None)
     cbs = list(callbacks)
+    if t.progress_bar:
+        cbs.append(StepBar(selection.monitor))
     if t.early_stopping:
         mon, mode = selection.monitor, selection.mode
         cbs.append(EarlyStopping(monitor=mon, mode=mode, patience=t.patience, check_finite=True))
