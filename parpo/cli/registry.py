@@ -380,6 +380,38 @@ def alias_rm(
     console.print(f"removed alias {name} ({named})", soft_wrap=True)
 
 
+@app.command()
+def export(
+    registry: RegistryOpt,
+    mlflow: Annotated[
+        str,
+        typer.Option(
+            "--mlflow", help="MLflow tracking/registry URI with a database: sqlite:///reg.db, http://host"
+        ),
+    ],
+    kind: Annotated[
+        Kind | None, typer.Option("--kind", "-k", help="Only this kind (default: every kind).")
+    ] = None,
+) -> None:
+    """Mirror versions into an MLflow model registry (parpo-<kind>; pointers as aliases, lineage as
+    tags, metrics on a run); the folder registry stays the source of truth. Idempotent."""
+    from parpo.cli.console import console
+    from parpo_core.artefacts.mlflow_export import export_kind
+
+    reg = _registry(registry)
+    kinds = [kind.value] if kind is not None else [k for k in KINDS.names() if reg.versions(k)]
+    if not kinds:
+        console.print(f"no versions in {registry}", soft_wrap=True)
+    for k in kinds:
+        done = export_kind(reg, k, mlflow)
+        aliases = ", ".join(f"{a} -> {v}" for a, v in done.aliases.items()) or "none"
+        console.print(
+            f"{done.model}: {len(done.new)} exported, {done.kept} already there; aliases {aliases}",
+            soft_wrap=True,
+            markup=False,
+        )
+
+
 def _duration(text: str) -> float:
     """``90``, ``90s``, ``10m``, ``2h``, ``1d`` -> seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
