@@ -61,6 +61,22 @@ def trackers(rt: RuntimeConfig, run_dir: Path, experiment: str, config: dict[str
     return out
 
 
+def log_published(trackers: list[Any], version_dir: Path, label: str) -> None:
+    """After publish: each MLflow run gets the version's ``metrics.json`` and ``lineage.json`` as
+    artifacts and a ``parpo.version`` tag, so a tracked run names what it published. (TensorBoard
+    keeps scalars only; W&B runs are not given files here.)"""
+    if not trackers:  # the default: no tracker, and no Lightning import for nothing
+        return
+    from pytorch_lightning.loggers import MLFlowLogger
+
+    for t in trackers:
+        if isinstance(t, MLFlowLogger):
+            t.experiment.set_tag(t.run_id, "parpo.version", label)
+            for name in ("metrics.json", "lineage.json"):
+                if (version_dir / name).is_file():
+                    t.experiment.log_artifact(t.run_id, str(version_dir / name))
+
+
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"train": {"lr": 0.01}}`` -> ``{"train.lr": 0.01}`` (trackers show flat keys); lists as text."""
     out: dict[str, Any] = {}

@@ -33,6 +33,7 @@ from data_pipelines.dataset import Dataset
 from data_pipelines.splits import PositivesRule, load_split
 from parpo_core.artefacts import Lineage, Registry, SplitRef, Version
 from parpo_core.runs import resolve_run_dir
+from parpo_core.trackers import log_published
 from reward_models.artefact_kind import KIND
 from reward_models.config import RewardConfig
 from reward_models.data import RewardData
@@ -276,6 +277,7 @@ def train_and_publish(
         idmaps=_idmap_paths(ds),
         logs=result.logs,
     )
+    log_published(result.trackers, version.path, version.label)
     return TrainOutcome(version, metrics, training, run)
 
 

@@ -56,6 +56,7 @@ class TrainResult:
     logs: Path
     history: list[dict[str, float]] = field(default_factory=list)
     is_global_zero: bool = True
+    trackers: list[Any] = field(default_factory=list, repr=False)  # runtime.loggers beyond the CSV log
 
 
 def _fabric(cfg: PolicyTrainConfig, run: Path) -> Any:
@@ -202,7 +203,7 @@ class PolicyTrainer:
         bar(None)
         for logger in fabric.loggers:
             logger.finalize("success")
-        return TrainResult(policy, anchors, logs, history, fabric.is_global_zero)
+        return TrainResult(policy, anchors, logs, history, fabric.is_global_zero, list(fabric.loggers))
 
     def _update(
         self,

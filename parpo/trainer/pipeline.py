@@ -51,6 +51,7 @@ def train_and_publish(
     version recorded in the lineage); ``extra``: added to the lineage's ``extra``."""
     from parpo_core.artefacts import Lineage, Registry, SplitRef
     from parpo_core.runs import resolve_run_dir
+    from parpo_core.trackers import log_published
 
     run = resolve_run_dir(KIND, run_dir)  # a rank the DDP launcher started gets rank 0's folder
     source = EnvSource.load(data_dir, registry, reward_version, cfg.env)
@@ -100,4 +101,5 @@ def train_and_publish(
         logs=result.logs,
         files={POLICY_DIR: policy_dir, CATALOGUE: cat_path, ANCHORS: anchors_path},
     )
+    log_published(result.trackers, version.path, version.label)
     return PolicyOutcome(version, result, run, summary)

@@ -69,6 +69,7 @@ class FitResult:
     logs: Path | None
     checkpoint: Path | None
     module: RewardModule = field(repr=False)
+    trackers: list[Any] = field(default_factory=list, repr=False)  # runtime.loggers beyond the CSV log
 
     @property
     def triples_per_s(self) -> float:
@@ -290,4 +291,5 @@ def fit(
         logs=logs if logs.is_file() else None,
         checkpoint=ckpt if ckpt.is_file() else None,
         module=module,
+        trackers=[lg for lg in trainer.loggers if not isinstance(lg, CSVLogger)],
     )

@@ -70,10 +70,14 @@ def test_train_json_is_one_object_on_stdout_and_paths_stay_whole(tiny_synth, tmp
     reg = tmp_path / "REG"
     res = run(
         "reward", "train", "-d", str(tiny_synth), "-r", str(reg), "-o", str(tmp_path / "rw"), "--json", *FAST,
-        "--logger", "tensorboard", "--run-name", "nightly: v2",
+        "--logger", "tensorboard", "--logger", "mlflow", "--run-name", "nightly: v2",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert list((tmp_path / "rw" / "tensorboard").glob("events.out.tfevents.*"))  # --logger tensorboard
+    # the MLflow run names what it published and holds its metrics.json and lineage.json
+    (run_dir,) = (tmp_path / "rw" / "mlruns").glob("*/*/artifacts")
+    assert {p.name for p in run_dir.iterdir()} == {"metrics.json", "lineage.json"}
+    assert (run_dir.parent / "tags" / "parpo.version").read_text().startswith("reward/v000001-")
     assert "run_name: 'nightly: v2'" in (tmp_path / "rw" / "config.yaml").read_text()
     out = json.loads(res.stdout)  # the whole of stdout: progress and metric lines went to stderr
     version = Registry(reg).open("reward", out["version"])
@@ -88,6 +92,7 @@ def test_train_json_is_one_object_on_stdout_and_paths_stay_whole(tiny_synth, tmp
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert list((tmp_path / "p1" / "mlruns").glob("*/*/metrics/update"))  # a run with the update column
+    assert list((tmp_path / "p1" / "mlruns").glob("*/*/artifacts/metrics.json"))
     out = json.loads(res.stdout)
     assert out["reward_version"] == version.name
     assert out["published"] == Registry(reg).open("policy", out["version"]).label
