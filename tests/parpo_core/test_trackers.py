@@ -47,3 +47,19 @@ def test_a_tracker_whose_package_is_missing_names_its_extra(tmp_path, monkeypatc
     ):
         trackers(RuntimeConfig(loggers=["wandb"]), tmp_path, "x", {})
     assert trackers(RuntimeConfig(), tmp_path, "x", {}) == []  # the default: the CSV log only
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("wandb") is None, reason="wandb is not installed (extra 'wandb')"
+)
+def test_wandb_runs_offline_and_keeps_the_run_in_the_run_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no account, no network: the run stays on disk
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (logger,) = trackers(
+        RuntimeConfig(loggers=["wandb"], run_name="r1"), tmp_path, "parpo-test", {"a": {"b": 1}}
+    )
+    logger.log_metrics({"train/loss": 0.5}, step=1)
+    logger.finalize("success")
+    logger.experiment.finish()
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert list(run_dir.glob("run-*.wandb")) and logger.experiment.config["a.b"] == 1
