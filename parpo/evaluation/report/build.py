@@ -221,6 +221,14 @@ def _reward(doc: _Doc, policies: list[PolicyData]) -> None:
             if value is not None:
                 rows.append([_short(version), label, _fmt(value), _fmt(_dig(m, base)) if base else "—"])
     doc.table(["reward version", "metric", "reward model", "MostPop"], rows)
+    peers = {name: (label, m) for p in policies for name, label, m in p.reward_peers if name not in seen}
+    if peers:
+        doc.note("Other reward models on the same data and split (e.g. MF beside DICE):")
+        keys = [(label, key) for label, key, _ in REWARD_ROWS if key != "synthetic.conformity_spearman"]
+        doc.table(
+            ["reward version", "model", *(label for label, _ in keys)],
+            [[_short(n), lab, *(_fmt(_dig(m, key)) for _, key in keys)] for n, (lab, m) in peers.items()],
+        )
 
 
 def _sections(doc: _Doc, policies: list[PolicyData]) -> None:

@@ -33,6 +33,8 @@ class PolicyData:
     tasks: pl.DataFrame | None = None  # its per-task rows (every agent)
     reward_version: str | None = None  # the reward version it was trained against (lineage)
     reward_metrics: dict[str, Any] | None = None  # that version's metrics.json
+    # other reward versions on the same data and split: (name, model label, metrics.json)
+    reward_peers: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)  # results of ``eval compare``
     ope: list[dict[str, Any]] = field(default_factory=list)  # results holding an ``ope`` section
 
@@ -63,6 +65,7 @@ def load_policy(registry: str | Path, version: str | None) -> PolicyData:
             data.reward_metrics = reg.open("reward", data.reward_version, verify=False).metrics
         except UserError:  # the reward version was removed: the report says so
             data.reward_metrics = None
+        data.reward_peers = reward_peers(reg, data.reward_version)
     for rec in reg.evals(KIND, v.name):
         res = rec.get("result") or {}
         if "against" in res:
@@ -74,6 +77,34 @@ def load_policy(registry: str | Path, version: str | None) -> PolicyData:
             if tasks_path(path).is_file():
                 data.eval_file, data.eval, data.tasks = rec["file"], res, read_tasks(path)
     return data
+
+
+def model_label(config: dict[str, Any]) -> str:
+    """``dice`` / ``mf`` (no disentanglement), with the backbone when it is not MF."""
+    m = config.get("model") or {}
+    name = "dice" if m.get("disentangle", True) else "mf"
+    return name if m.get("backbone", "mf") == "mf" else f"{name} ({m['backbone']})"
+
+
+def reward_peers(reg: Any, version: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The other reward versions trained on ``version``'s data and split (e.g. an MF beside the
+    DICE a policy used), with a model label and their metrics.json, in publish order."""
+    from parpo_core.errors import UserError
+
+    try:
+        base = reg.open("reward", version, verify=False).lineage
+    except UserError:
+        return []
+    out = []
+    for info in reg.list_versions("reward"):
+        if info.name == version or info.data_fingerprint != base.data_fingerprint:
+            continue
+        if (info.split, info.split_seed) != (base.split.name, base.split.seed):
+            continue
+        v = reg.open("reward", info.name, verify=False)
+        if v.metrics:
+            out.append((info.name, model_label(v.config), v.metrics))
+    return out
 
 
 def default_versions(registry: str | Path) -> list[str]:

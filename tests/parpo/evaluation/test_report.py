@@ -187,3 +187,21 @@ def test_constant_value_names_the_one_value_a_figure_would_draw():
     assert constant_value([1.0, 1.0, float("nan"), 1.0]) == 1.0
     assert constant_value([1.0, 0.99]) is None
     assert constant_value([float("nan")]) is None and constant_value([]) is None
+
+
+def test_reward_peers_are_the_other_models_on_the_same_data_and_split(tmp_path):
+    from parpo.evaluation.report.collect import model_label, reward_peers
+    from parpo_core.artefacts import Registry
+    from tests.plugins.artefacts import lineage, publish
+
+    reg = Registry(tmp_path / "REG")
+    dice = publish(reg, tag="d", config={"model": {"disentangle": True}}).name
+    mf = publish(reg, tag="m", config={"model": {"disentangle": False}}).name
+    publish(
+        reg, tag="o", config={"model": {"disentangle": False}}, lineage=lineage(data_fingerprint="0" * 64)
+    )
+    gcn = publish(reg, tag="g", config={"model": {"disentangle": False, "backbone": "lightgcn"}}).name
+    peers = reward_peers(reg, dice)
+    assert [(n, label) for n, label, _ in peers] == [(mf, "mf"), (gcn, "mf (lightgcn)")]  # not other data
+    assert peers[0][2]["test"]["ndcg@10"] == 0.5
+    assert model_label({}) == "dice" and reward_peers(reg, "v999999") == []
