@@ -281,6 +281,9 @@ def report(
         list[str] | None,
         typer.Option("--policies", "-p", help="Policy versions (default: every version with an eval)."),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print {html, summary} as one JSON object.")
+    ] = False,
 ) -> None:
     """A self-contained offline HTML report (and a markdown summary) of policy versions, from their
     evals/ and training logs."""
@@ -288,4 +291,7 @@ def report(
     from parpo.evaluation.report import write_report
 
     html, md = write_report(registry, out, _versions(policies, ctx) or None)
-    console.print(f"wrote {html} and {md}")
+    if as_json:
+        typer.echo(json.dumps({"html": str(html), "summary": str(md)}))
+    else:
+        console.print(f"wrote {html} and {md}")

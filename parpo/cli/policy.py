@@ -204,10 +204,14 @@ def predict(
         str | None, typer.Option("--version", "-v", help="Policy version (default: production).")
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Requests per batch.")] = 1024,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {out, slates} as one JSON object.")] = False,
 ) -> None:
     """Batch inference for nightly jobs: one slate (and its plan) per request, acting greedily."""
     from parpo.cli.console import console
     from parpo.policy.predict import predict_file
 
     n = predict_file(registry, requests, out, version, batch_size=batch_size)
-    console.print(f"wrote {n:,} slates to {out}")
+    if as_json:
+        typer.echo(json.dumps({"out": str(out), "slates": n}))
+    else:
+        console.print(f"wrote {n:,} slates to {out}")

@@ -123,8 +123,10 @@ def test_predict_answers_every_request_in_order(trained, tmp_path):
         str(tmp_path / "req.parquet"),
         "-o",
         str(tmp_path / "out.parquet"),
+        "--json",
     )
     assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout) == {"out": str(tmp_path / "out.parquet"), "slates": 3}
     out = pl.read_parquet(tmp_path / "out.parquet")
     assert out["request_id"].to_list() == ["r1", "r2", "r3"]
     assert out["cold"].to_list()[1] is True

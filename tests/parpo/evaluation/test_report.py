@@ -55,8 +55,12 @@ def test_report_holds_every_figure_and_the_evals_numbers(two_policies, tiny_synt
     reg, (v1, v2) = two_policies
     paths, results = compare_policies(reg, tiny_synth, [v1, v2], n_boot=200)  # no-op if already recorded
     res = subprocess.run([sys.executable, "-m", "parpo.cli.main", "eval", "report", "-r", str(reg),
-                          "-o", str(tmp_path / "rep")], capture_output=True, text=True, timeout=600)  # fmt: skip
+                          "-o", str(tmp_path / "rep"), "--json"], capture_output=True, text=True, timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout) == {
+        "html": str(tmp_path / "rep" / "report.html"),
+        "summary": str(tmp_path / "rep" / "summary.md"),
+    }
     page = (tmp_path / "rep" / "report.html").read_text()
     md = (tmp_path / "rep" / "summary.md").read_text()
     # learning curves, diagnostics, anchors, preference vs quality, cold/warm, popularity bias,
