@@ -198,6 +198,26 @@ def pact(
     return credit, _metrics(credit, values, mask)
 
 
+def _within_turn_weights(
+    m: Tensor, key: Tensor, count: Tensor, entropy: Tensor | None, cfg: ValueConfig
+) -> Tensor:
+    """Weights ``[n_action_tokens]`` of the tokens ``m`` in their turns ``key``, mean 1 per turn."""
+    dt = count.dtype
+    u = torch.ones(key.shape, dtype=dt, device=key.device)
+    if cfg.token_weights == "entropy":
+        if entropy is None or entropy.shape != m.shape:
+            raise ValueError(f"token_weights 'entropy' needs entropy shaped like mask {tuple(m.shape)}")
+        u = entropy.detach().to(dt)[m]
+    if cfg.within_turn_decay != 1.0:
+        rank = m.cumsum(dim=1)[m] - 1  # index among the episode's action tokens
+        first_rank = torch.full(count.shape, m.shape[1], dtype=rank.dtype, device=key.device)
+        first_rank = first_rank.scatter_reduce(0, key, rank, "amin")
+        after = count[key] - 1 - (rank - first_rank[key]).to(dt)  # tokens after this one in its turn
+        u = u * cfg.within_turn_decay**after
+    u_mean = torch.zeros_like(count).index_add_(0, key, u) / count.clamp_min(1)
+    return torch.where(u_mean[key] > 0, u / u_mean[key].clamp_min(torch.finfo(dt).tiny), torch.ones_like(u))
+
+
 @VALUE_ESTIMATORS.register("turn_gae")
 def turn_gae(
     rewards: Tensor,
@@ -246,21 +266,7 @@ def turn_gae(
     turn_adv = _scan(
         turn_r.view(B, K), turn_v.view(B, K), present.view(B, K), cfg.gamma, cfg.lam, skip=True
     ).flatten()
-    # within-turn weights u, normalised to mean 1 per turn
-    u = torch.ones_like(pos, dtype=dt)
-    if cfg.token_weights == "entropy":
-        if entropy is None or entropy.shape != mask.shape:
-            raise ValueError(f"token_weights 'entropy' needs entropy shaped like mask {tuple(mask.shape)}")
-        u = entropy.detach().to(dt)[m]
-    if cfg.within_turn_decay != 1.0:
-        rank = m.cumsum(dim=1)[m] - 1  # index among the episode's action tokens
-        first_rank = torch.full((B * K,), T, dtype=rank.dtype, device=dev).scatter_reduce(
-            0, key, rank, "amin"
-        )
-        after = count[key] - 1 - (rank - first_rank[key]).to(dt)
-        u = u * cfg.within_turn_decay**after
-    u_mean = torch.zeros(B * K, dtype=dt, device=dev).index_add_(0, key, u) / count.clamp_min(1)
-    w = torch.where(u_mean[key] > 0, u / u_mean[key].clamp_min(torch.finfo(dt).tiny), torch.ones_like(u))
+    w = _within_turn_weights(m, key, count, entropy, cfg)
     adv = torch.zeros_like(rewards)
     adv[m] = turn_adv[key] * w
     value_mask = torch.zeros_like(m)
