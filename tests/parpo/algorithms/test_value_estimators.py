@@ -175,3 +175,17 @@ def test_bad_inputs_are_one_line_errors() -> None:
         VALUE_ESTIMATORS["turn_gae"](REWARDS, VALUES, MASK, ValueConfig(token_weights="entropy"), turn=TURN)
     with pytest.raises(ValidationError):
         ValueConfig(lam=1.5)
+
+
+def test_turn_gae_rows_are_independent() -> None:
+    # the hand-computed episode next to a 2-turn one (turns 0 and 3: ids need not be dense)
+    mask = torch.cat([MASK, torch.tensor([[0, 1, 1, 0, 1, 0, 0, 0]], dtype=torch.bool)])
+    values = torch.cat([VALUES, torch.tensor([[9.0, 0.2, 0.1, 9.0, 0.5, 9.0, 9.0, 9.0]], dtype=F64)])
+    rewards = torch.cat([REWARDS, torch.tensor([[0, 0, 0, 0, 1.0, 0, 0, 0]], dtype=F64)])
+    turn = torch.cat([TURN, torch.tensor([[-1, 0, 0, -1, 3, -1, -1, -1]])])
+    credit, m = VALUE_ESTIMATORS["turn_gae"](rewards, values, mask, ValueConfig(lam=0.5), turn=turn)
+    # row 1: k3: d = 1 - .5 = .5, A = .5; k0: d = .5 - .2 = .3, A = .3 + .5 * .5 = .55
+    assert credit.adv[0].tolist() == pytest.approx(row(-0.05, -0.05, 0, 0.5, 0.5, 0, 0.2, 0))
+    assert credit.adv[1].tolist() == pytest.approx(row(0, 0.55, 0.55, 0, 0.5, 0, 0, 0))
+    assert credit.returns[1].tolist() == pytest.approx(row(0, 0.75, 0, 0, 1.0, 0, 0, 0))
+    assert m["turn/count_mean"] == 2.5
