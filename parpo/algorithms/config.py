@@ -86,3 +86,47 @@ class OptimConfig(StrictModel):
         ("embed", "head", "unembed"),
         description="parameters whose name contains one of these stay on AdamW under Muon",
     )
+
+
+class ValueConfig(StrictModel):
+    """Value-based credit (``VALUE_ESTIMATORS[cfg.estimator]``) and its critic (``CRITIC_LOSSES``)."""
+
+    estimator: str = Field(
+        "gae", description="by name in VALUE_ESTIMATORS (gae, skip_obs_gae, turn_gae, pact)"
+    )
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount per action token (per turn for turn_gae)")
+    lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda of the policy advantage")
+    critic_lam: float = Field(
+        1.0, ge=0.0, le=1.0, description="skip_obs_gae: GAE lambda of the critic target"
+    )
+    length_alpha: float | None = Field(
+        None, gt=0.0, description="skip_obs_gae: policy lambda 1 - 1/(alpha * length) per episode (SAO: 1.5)"
+    )
+    token_weights: Literal["uniform", "entropy"] = Field(
+        "uniform", description="turn_gae: how a turn's advantage is shared by its tokens (mean weight 1)"
+    )
+    within_turn_decay: float = Field(
+        1.0, gt=0.0, le=1.0, description="turn_gae: token weight x decay^(tokens after it in the turn)"
+    )
+    critic_loss: str = Field("mse", description="by name in CRITIC_LOSSES (mse, bce)")
+    is_cap: float = Field(
+        2.0, gt=0.0, description="pact: critic importance weights are clipped to [0, is_cap]"
+    )
+
+
+class ShapingConfig(StrictModel):
+    """Penalties for over-long episodes and invalid tool calls (``shaping_rewards``), each clipped."""
+
+    max_len: int | None = Field(None, ge=1, description="episode length budget; null: no over-long penalty")
+    len_buffer: int = Field(1, ge=1, description="the penalty ramps from max_len - len_buffer to max_len")
+    overlong_coef: float = Field(0.25, ge=0.0, description="over-long penalty at max_len (then linear)")
+    invalid_coef: float = Field(0.1, ge=0.0, description="penalty per invalid tool call")
+    clip: tuple[float, float] = Field((-0.25, 0.25), description="each penalty is clipped to [low, high]")
+
+    @model_validator(mode="after")
+    def _check(self) -> ShapingConfig:
+        if self.clip[0] > self.clip[1]:
+            raise ValueError(f"clip low {self.clip[0]} is above high {self.clip[1]}")
+        if self.max_len is not None and self.len_buffer > self.max_len:
+            raise ValueError(f"len_buffer {self.len_buffer} exceeds max_len {self.max_len}")
+        return self

@@ -1,4 +1,4 @@
-"""The four registries are plain name -> function mappings with readable misses."""
+"""The registries are plain name -> function mappings with readable misses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import parpo.algorithms as A
 
 def test_registries_hold_the_documented_names() -> None:
     assert set(A.ADVANTAGES) == {"grpo", "rloo", "gdpo", "dr_grpo", "parpo"}
-    assert set(A.LOSSES) == {"ppo"}
+    assert set(A.LOSSES) == {"ppo", "turn_ratio", "sao_mask"}
+    assert set(A.VALUE_ESTIMATORS) == {"gae", "skip_obs_gae", "turn_gae", "pact"}
+    assert set(A.CRITIC_LOSSES) == {"mse", "bce"}
     assert set(A.KL) == {"k1", "k2", "k3"}
     assert set(A.AGGREGATIONS) == {
         "token-mean",
