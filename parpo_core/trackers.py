@@ -57,7 +57,7 @@ def trackers(rt: RuntimeConfig, run_dir: Path, experiment: str, config: dict[str
 
             out.append(WandbLogger(project=experiment, name=name, save_dir=str(run_dir)))
     for logger in out:
-        logger.log_hyperparams(_flat(config))
+        logger.log_hyperparams(flatten(config))
     return out
 
 
@@ -77,13 +77,14 @@ def log_published(trackers: list[Any], version_dir: Path, label: str) -> None:
                     t.experiment.log_artifact(t.run_id, str(version_dir / name))
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"lr": 0.01}}`` -> ``{"train.lr": 0.01}`` (trackers show flat keys); lists as text."""
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 0.01}}`` -> ``{"train.lr": 0.01}`` (trackers and MLflow show flat keys);
+    scalars and None as they are, anything else (lists) as text."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out |= _flat(v, f"{key}.")
+            out |= flatten(v, f"{key}.")
         else:
             out[key] = v if isinstance(v, int | float | str | bool) or v is None else str(v)
     return out

@@ -29,13 +29,18 @@ JsonOpt = Annotated[
 ]
 
 
+def _echo_json(out: Path, summary: dict, splits: dict[str, Path], **extra: object) -> None:
+    """``--json`` of a command that writes a dataset: the folder, its summary and splits (and ``extra``)."""
+    splits_json = {k: str(v) for k, v in splits.items()}
+    typer.echo(json.dumps({"out": str(out), **extra, "summary": summary, "splits": splits_json}, default=str))
+
+
 def _result(as_json: bool, out: Path, summary: dict, splits: dict[str, Path], cfg) -> None:
     """The end of a command that writes a dataset: one JSON object, or the summary table and splits."""
     from parpo.cli.console import console, summary_table
 
     if as_json:
-        typer.echo(json.dumps({"out": str(out), "summary": summary, "splits": {k: str(v) for k, v in splits.items()}},
-                              default=str))  # fmt: skip
+        _echo_json(out, summary, splits)
         return
     console.print(summary_table(summary))
     _print_splits(splits, cfg)
@@ -110,8 +115,7 @@ def ingest(
             source=source, input=input, out=out, map=map, splits=splits, config=cfg, progress=advance
         )
     if as_json:
-        typer.echo(json.dumps({"out": str(out), "unchanged": res.unchanged, "summary": res.summary,
-                               "splits": {k: str(v) for k, v in (res.splits or {}).items()}}, default=str))  # fmt: skip
+        _echo_json(out, res.summary, res.splits or {}, unchanged=res.unchanged)
         return
     if res.unchanged:
         console.print(f"[yellow]already ingested[/]: {input} (same sha256); {out} unchanged")

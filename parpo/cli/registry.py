@@ -92,6 +92,11 @@ def _kind(reg: Registry, kind: Kind | None, version: str | None) -> str:
     )
 
 
+def _kinds(reg: Registry, kind: Kind | None) -> list[str]:
+    """``--kind`` as given, else every kind that has versions."""
+    return [kind.value] if kind is not None else [k for k in KINDS.names() if reg.versions(k)]
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -113,7 +118,7 @@ def list_(registry: RegistryOpt, kind: KindOpt = None, as_json: JsonOpt = False)
     from parpo_core.artefacts.pointers import error
 
     reg = _registry(registry)
-    kinds = [kind.value] if kind is not None else [k for k in KINDS.names() if reg.versions(k)]
+    kinds = _kinds(reg, kind)
     rows = []
     for k in kinds:
         infos = reg.list_versions(k)
@@ -399,7 +404,7 @@ def export(
     from parpo_core.artefacts.mlflow_export import export_kind
 
     reg = _registry(registry)
-    kinds = [kind.value] if kind is not None else [k for k in KINDS.names() if reg.versions(k)]
+    kinds = _kinds(reg, kind)
     if not kinds:
         console.print(f"no versions in {registry}", soft_wrap=True)
     for k in kinds:

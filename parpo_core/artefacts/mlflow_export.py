@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parpo_core.errors import UserError
+from parpo_core.trackers import flatten
 
 if TYPE_CHECKING:
     from parpo_core.artefacts.registry import Registry
@@ -41,16 +42,6 @@ class Exported:
     new: list[str] = field(default_factory=list)  # version names exported now
     kept: int = 0  # versions already there
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> MLflow model version
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out |= _flat(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def metric_name(key: str) -> str:
@@ -75,6 +66,7 @@ def _client(uri: str) -> Any:
 def export_kind(reg: Registry, kind: str, uri: str) -> Exported:
     """Export every version of ``kind`` not yet in MLflow, then set the aliases (module docstring)."""
     from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
     client = _client(uri)
     name = f"parpo-{kind}"
@@ -91,15 +83,15 @@ def export_kind(reg: Registry, kind: str, uri: str) -> Exported:
             done.kept += 1
             continue
         v = reg.open(kind, info.name, verify=False)
-        lineage = v.lineage.model_dump(mode="json")
-        tags = {f"parpo.{k}": str(val) for k, val in _flat(lineage).items() if val is not None}
+        lineage = flatten(v.lineage.model_dump(mode="json"))
+        tags = {f"parpo.{k}": str(val) for k, val in lineage.items() if val is not None}
         tags["parpo.version"] = info.name
         run = client.create_run(
             exp_id, run_name=info.name, tags={"parpo.kind": kind, "parpo.version": info.name}
         )
-        for k, val in list(_flat(lineage).items())[:100]:  # MLflow caps a batch of params
-            client.log_param(run.info.run_id, k, str(val)[:500])
-        for k, val in _flat(v.metrics or {}).items():
+        for k, val in lineage.items():
+            client.log_param(run.info.run_id, k, str(val)[:MAX_PARAM_VAL_LENGTH])
+        for k, val in flatten(v.metrics or {}).items():
             if isinstance(val, int | float) and not isinstance(val, bool) and val == val:
                 client.log_metric(run.info.run_id, metric_name(k), float(val))
         client.set_terminated(run.info.run_id)
