@@ -25,11 +25,20 @@ def demo(
         list[str] | None,
         typer.Argument(help="Dotted overrides, e.g. synth.n_users=500 or reward.train.epochs=5."),
     ] = None,
+    loop: Annotated[
+        bool,
+        typer.Option(
+            "--loop",
+            help="Then the retraining loop: drift the world, append the served events, retrain and promote "
+            "while a server follows production, evaluate before/after on the drifted world's truth.",
+        ),
+    ] = False,
 ) -> None:
     """Run PARPO end to end on synthetic data: synthesise, train a reward model and a policy,
-    evaluate, serve, estimate off-policy from the served logs, report."""
+    evaluate, serve, estimate off-policy from the served logs, report (with --loop: then drift,
+    retrain, promote and evaluate again)."""
     from data_pipelines.data_config import DataConfig
-    from parpo.api.demo import DEMO_POLICY, STEPS, Result, demo_steps
+    from parpo.api.demo import DEMO_POLICY, LOOP_STEPS, STEPS, Result, demo_steps
     from parpo.cli.console import console
     from parpo.cli.policy import load_config as policy_config
     from parpo.cli.reward import load_config as reward_config
@@ -53,11 +62,12 @@ def demo(
     pcfg = policy_config("default", None, None, [
         "train.progress_bar=true", *DEMO_POLICY, *(o.removeprefix("policy.") for o in over if o.startswith("policy.")),
     ])  # fmt: skip
-    for event in demo_steps(run, cfg, rcfg, pcfg):
+    total = STEPS + LOOP_STEPS * loop
+    for event in demo_steps(run, cfg, rcfg, pcfg, loop=loop):
         if isinstance(event, Result):
             _render(event.number, event.value, run)
         else:
-            console.print(f"{event.number}/{STEPS} {event.title}")
+            console.print(f"{event.number}/{total} {event.title}")
 
 
 def _render(step: int, value: Any, run: Path) -> None:
@@ -100,3 +110,18 @@ def _render(step: int, value: Any, run: Path) -> None:
             f"[green]done[/]: dataset {run / 'data'}; reward model and policy in {run / 'registry'}; served logs "
             f"in {run / 'events'}, off-policy estimate and report in {run / 'report'}"
         )
+    elif step == 9:
+        console.print(summary_table(value))
+        console.print(f"the served events added {value['served_rows']:,} rows")
+    elif step == 10:
+        out = value.outcome.record
+        why = "; ".join(out["gate"]["why"]) if out.get("gate") else ""
+        console.print(
+            f"retrain: {out['status']} (exit code {out['exit_code']}){'; gate: ' + why if why else ''}"
+        )
+        chain = " -> ".join(f"policy {p} / reward {r}" for p, r in value.versions)
+        console.print(
+            f"the server answered {value.requests} requests during the retrain ({value.failed} failed): {chain}"
+        )
+    elif step == 11:
+        print_eval(value[1], value[0])

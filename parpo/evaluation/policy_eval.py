@@ -88,10 +88,13 @@ def evaluate_policy(
     greedy: bool = True,
     seed: int = 0,
     sample: EvalSample | None = None,
+    also: Sequence[Agent] = (),
 ) -> tuple[Path, dict[str, Any]]:
     """Evaluate ``version`` (default: production) on ``data_dir``; record and return the result.
 
     ``sample``: the task sample (default ``EvalSample()``; ``EvalSample.full()`` for every task).
+    ``also``: more agents run on the same tasks, reported beside the reference agents under their
+    names (e.g. the previous production policy grown to this catalogue, ``parpo demo --loop``).
     """
     from parpo_core.artefacts import Registry
 
@@ -110,6 +113,7 @@ def evaluate_policy(
         PolicyAgent(bundle.policy, greedy=greedy, seed=seed),
         *baseline_agents(env, train, env_cfg.seed),
         *([oracle_true_agent(src.truth.interest)] if src.truth is not None else []),
+        *also,
     ]
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -135,6 +139,7 @@ def evaluate_policy(
         "seed": seed,
         "env": env_cfg.model_dump(mode="json"),
         "sample": sample.model_dump(mode="json"),
+        **({"also": [a.name for a in also]} if also else {}),  # keeps earlier configs' hashes
     }
     reg = Registry(registry)
     path = reg.add_eval(

@@ -11,6 +11,10 @@ d_u = m_cand(u) - m_prod(u) of one metric and its percentile bootstrap interval 
 
 A set with fewer than ``min_users`` paired users cannot decide: its checks are ``skipped``.
 The gate passes when no check fails and at least one passed.
+
+Policy candidates (``--policy``) also face ``policy`` checks (greedy episodes on held-out tasks,
+paired per task) and ``ope`` checks (off-policy estimates on the sampled server decisions the new
+data holds, paired per logged request: the units are requests there, ``min_users`` counts them).
 """
 
 from __future__ import annotations
@@ -49,6 +53,23 @@ class PolicyCheck(StrictModel):
     )
 
 
+class OpeCheck(StrictModel):
+    """An off-policy check (with ``--policy``): the policies' estimated reward per logged slot on
+    the sampled server decisions the new data holds (``parpo data ingest --source parpo-events``),
+    paired per request; skipped when the data holds none."""
+
+    set: Literal["served"] = Field("served", description="the sampled decisions in the new data")
+    metric: Literal["ips", "dm", "dr"] = Field(
+        "dr", description="estimator (linear ones, so the per-request terms pair)"
+    )
+    margin: float = Field(ge=0, description="how much worse than production the candidate may be")
+    rule: Literal["non_inferior", "no_regression"] = Field(
+        "no_regression", description="non_inferior: ci_low > -margin; no_regression: ci_high >= -margin"
+    )
+    temperature: float = Field(1.0, ge=0, description="the policies' sampling temperature (0: greedy)")
+    samples: int = Field(64, ge=1, description="policy samples per logged request for pi_e")
+
+
 class GateConfig(StrictModel):
     """The ``gate`` config group (``configs/gate/*.yaml``)."""
 
@@ -58,6 +79,10 @@ class GateConfig(StrictModel):
     min_users: int = Field(10, ge=1, description="fewer paired users in a set: its checks are skipped")
     reward: list[Check] = Field(min_length=1, description="checks of a reward candidate")
     policy: list[PolicyCheck] = Field(default_factory=list, description="checks of a policy candidate")
+    ope: list[OpeCheck] = Field(
+        default_factory=list,
+        description="off-policy checks of a policy candidate on the served logs in the data",
+    )
     tasks: int = Field(500, ge=1, description="held-out tasks per part (hash-stable sample) for policies")
 
 
@@ -71,7 +96,9 @@ def paired_interval(diff: np.ndarray, cfg: GateConfig) -> dict[str, float]:
     return {"diff": s["estimate"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "se": s["se"]}
 
 
-def judge(check: Check | PolicyCheck, cand: np.ndarray, prod: np.ndarray, cfg: GateConfig) -> dict[str, Any]:
+def judge(
+    check: Check | PolicyCheck | OpeCheck, cand: np.ndarray, prod: np.ndarray, cfg: GateConfig
+) -> dict[str, Any]:
     """One check on the per-user metrics of the candidate and production ([U] each, paired)."""
     out: dict[str, Any] = check.model_dump() | {"n_users": int(cand.size)}
     if cand.size < cfg.min_users:

@@ -11,7 +11,8 @@ Steps, each ending in a record under ``REG/retrain/<key>/`` (``parpo.retrain.jou
                 killed after the publish finds it instead of training again).
    ``policy``   with ``--policy``: the production policy grown to the new catalogue, a short run
                 against the candidate reward, published (``parpo.retrain.policy_steps``).
-4. ``eval``     candidate and production ranked on both sets, user by user.
+4. ``eval``     candidate and production ranked on both sets, user by user (policies: greedy on
+                held-out tasks, and off-policy on the served decisions the data holds).
 5. ``gate``     the checks of the gate config (``parpo.retrain.gate``).
 6. ``promote``  pass: the intent, then the reward pointer, then the policy's (the commit point:
                 servers follow the policy); fail: the candidates become ``challenger``.
@@ -35,7 +36,7 @@ from pydantic import Field
 from parpo.retrain.gate import GateConfig, decide, judge
 from parpo.retrain.journal import FOLDER, Journal, crash_point, digest, job_lock, journals, published_by
 from parpo.retrain.policy import AnchorMode
-from parpo.retrain.policy_steps import policy_candidate, policy_checks, policy_inputs
+from parpo.retrain.policy_steps import ope_checks, policy_candidate, policy_checks, policy_inputs
 from parpo_core.config import StrictModel
 from parpo_core.errors import UserError
 
@@ -272,6 +273,7 @@ def _evaluate(
         }
     if "policy" in cand:
         checks += policy_checks(reg, production["policy"], cand, ds, gate)
+        checks += ope_checks(reg, production["policy"], cand, ds, gate)
     return j.write(
         "eval",
         {"versions": models, "means": means, "checks": checks, "seconds": round(time.perf_counter() - t0, 3)},

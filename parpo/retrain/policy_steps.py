@@ -89,9 +89,54 @@ def policy_checks(reg, production: str, cand: dict[str, str], ds, gate: GateConf
     checks = []
     for c in gate.policy:
         rows = joined.filter(pl.col("part") == c.set) if joined.height else joined
-        if c.metric in rows.columns and f"{c.metric}_prod" in rows.columns:
-            va, vb = rows[c.metric].to_numpy(), rows[f"{c.metric}_prod"].to_numpy()
-        else:
-            va = vb = np.zeros(0)
+        if joined.height and f"{c.metric}_prod" not in rows.columns:
+            why = f"no {c.metric} in these episodes (true_preference needs data with a known truth)"
+            checks.append(
+                {"kind": "policy"} | c.model_dump() | {"n_users": 0, "result": "skipped", "why": why}
+            )
+            continue
+        va, vb = (
+            rows[m].to_numpy() if m in rows.columns else np.zeros(0) for m in (c.metric, f"{c.metric}_prod")
+        )
         checks.append({"kind": "policy"} | judge(c, va.astype(float), vb.astype(float), gate))
+    return checks
+
+
+def ope_checks(reg, production: str, cand: dict[str, str], ds, gate: GateConfig) -> list[dict[str, Any]]:
+    """The gate's off-policy checks: candidate and production evaluated on the sampled server
+    decisions the new data holds (``parpo.evaluation.ope.policy``), each logged request's terms
+    summed and scaled so their mean is the estimate per slot, paired per request."""
+    import numpy as np
+
+    from parpo.evaluation.ope.estimators import ESTIMATORS, NEEDS_REWARD_MODEL, EstimatorConfig
+    from parpo.evaluation.ope.policy import sampled_loggers, served_feedback
+    from parpo.evaluation.ope.reward_model import cross_fit
+    from parpo.policy.bundle import PolicyBundle
+
+    if not gate.ope:
+        return []
+    loggers = sampled_loggers(ds.root)
+    if not loggers:
+        why = "the data holds no sampled server decisions"
+        return [
+            {"kind": "ope"} | c.model_dump() | {"n_users": 0, "result": "skipped", "why": why}
+            for c in gate.ope
+        ]
+    bundles = [PolicyBundle.load(reg.root, v) for v in (cand["policy"], production)]
+    checks = []
+    for c in gate.ope:
+        per_request = []
+        for bundle in bundles:
+            sv = served_feedback(ds.root, bundle, logging_policies=loggers, temperature=c.temperature,
+                                 samples=c.samples, seed=gate.seed)  # fmt: skip
+            fb = (
+                sv.fb.with_q_hat(cross_fit(sv.fb, seed=gate.seed))
+                if c.metric in NEEDS_REWARD_MODEL
+                else sv.fb
+            )
+            terms = ESTIMATORS[c.metric](fb, EstimatorConfig()).num
+            per_request.append(
+                np.bincount(sv.slate, weights=terms, minlength=len(sv.order)) * len(sv.order) / fb.n
+            )
+        checks.append({"kind": "ope", "loggers": loggers} | judge(c, per_request[0], per_request[1], gate))
     return checks

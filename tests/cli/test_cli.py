@@ -163,6 +163,7 @@ def test_ingest_movielens_through_the_cli_writes_splits(tmp_path):
 def test_demo_runs_end_to_end_into_a_fresh_folder(tmp_path):
     res = run(
         "demo",
+        "--loop",
         "synth.n_users=200",
         "synth.n_items=300",
         "policy.train.updates=2",
@@ -187,16 +188,28 @@ def test_demo_runs_end_to_end_into_a_fresh_folder(tmp_path):
         (runs[0] / "config.yaml").exists() and (data / "truth").is_dir() and (data / "uniform_test").is_dir()
     )
     # The demo trains, publishes and evaluates a policy against its reward model.
-    (policy,) = (runs[0] / "registry" / "policy").glob("v*")
+    policy, *retrained = sorted((runs[0] / "registry" / "policy").glob("v*"))  # v1: the demo's
     (ev,) = [p for p in (policy / "evals").glob("*.json") if "-ope-" not in p.name]
     assert json.loads(ev.read_text())["result"]["warm"]["n_tasks"] > 0
-    assert "greedy_reward" in res.stdout and "8/8" in res.stdout and "answered:" in res.stdout
+    assert "greedy_reward" in res.stdout and "8/11" in res.stdout and "answered:" in res.stdout
     assert list((runs[0] / "events" / "decisions").glob("*"))
     # The served logs come back through ingest, and the off-policy estimate reaches the report.
     (ope,) = [json.loads(p.read_text()) for p in (policy / "evals").glob("*-ope-*.json")]
     assert ope["result"]["ope"]["n_requests"] > 100 and ope["result"]["ope"]["temperature"] == 0.0
     html = (runs[0] / "report" / "report.html").read_text()
     assert len(html) > 10_000 and "no logged feedback" not in html
+    # --loop: the world drifts, the served events join its logs, a retrain runs while a server
+    # follows production, and the new production is evaluated next to the one before it.
+    drifted = json.loads((runs[0] / "data-drifted" / "summary.json").read_text())
+    assert drifted["users"] == 300 and drifted["items"] > 300  # +100 users, +200 items (some unseen)
+    assert [i["source"] for i in drifted["ingests"]][-1] == "parpo-events"
+    (key,) = (runs[0] / "registry" / "retrain").glob("*/outcome.json")
+    outcome = json.loads(key.read_text())
+    production = json.loads((runs[0] / "registry" / "policy" / "production.json").read_text())["version"]
+    assert outcome["status"] in ("promoted", "gated") and len(retrained) == 1
+    assert (production != policy.name) == (outcome["status"] == "promoted")
+    assert "(0 failed)" in res.stdout and f"policy {production} / reward" in res.stdout
+    assert "11/11" in res.stdout and "\n  before " in res.stdout
     again = run("demo", "--out", str(runs[0]), cwd=tmp_path)
     assert "already exists and is not empty" in _one_error_line(again)
 

@@ -156,3 +156,29 @@ def test_cli_records_the_estimate_where_the_report_reads_it(serve_registry, tmp_
     bad = CliRunner().invoke(app, [*args, "--logging-policy", "nobody"])
     # A one-line DataError (``parpo.cli.main`` prints it and exits 1; CliRunner hands it back).
     assert bad.exit_code != 0 and "no impressions logged by 'nobody'" in str(bad.exception)
+
+
+@pytest.mark.integration
+def test_the_retrain_gate_pairs_off_policy_estimates_per_logged_request(serve_registry, tiny_synth, tmp_path):
+    """``parpo retrain --policy``'s ``ope`` checks: per-request terms whose mean is the estimator's
+    own estimate, paired; the same version on both sides differs by exactly 0."""
+    from data_pipelines.dataset import Dataset
+    from parpo.retrain.gate import Check, GateConfig, OpeCheck
+    from parpo.retrain.policy_steps import ope_checks
+    from parpo_core.artefacts import Registry
+
+    reg, (v1, v2) = serve_registry
+    served = _served_logs(reg, v1, tmp_path, n_requests=60)
+    check = OpeCheck(metric="ips", margin=0.0, samples=16)
+    gate = GateConfig(reward=[Check(set="new", metric="ndcg@10", margin=0.0)], ope=[check], n_boot=100)
+    (r,) = ope_checks(Registry(reg), v1, {"policy": v2}, Dataset(served.ds), gate)
+    assert r["kind"] == "ope" and r["loggers"] == [v1] and r["n_users"] == len(served.sampled)
+    own = evaluate_served(served.ds, PolicyBundle.load(reg, v2), samples=16, n_boot=100, seed=gate.seed)
+    ips = next(row for row in own["rows"] if row["estimator"] == "ips")
+    assert r["candidate"] == pytest.approx(ips["estimate"])  # per-request terms, rescaled: same mean
+    assert r["diff"] == pytest.approx(r["candidate"] - r["production"])
+    (same,) = ope_checks(Registry(reg), v1, {"policy": v1}, Dataset(served.ds), gate)
+    assert same["diff"] == same["ci_low"] == same["ci_high"] == 0.0 and same["result"] == "pass"
+    # Data without sampled server decisions: the check is skipped and says why.
+    (skipped,) = ope_checks(Registry(reg), v1, {"policy": v2}, Dataset(tiny_synth), gate)
+    assert skipped["result"] == "skipped" and skipped["why"] == "the data holds no sampled server decisions"

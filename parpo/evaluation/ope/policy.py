@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +161,23 @@ def position_marginals(
     return pi
 
 
-def evaluate_served(
+@dataclass
+class Served:
+    """The server's logs as the evaluated policy sees them (``served_feedback``): the feedback with
+    pi_e, each row's request (``slate`` [n]: its index in ``order``), the request ids in first-seen
+    order, the loggers, pi_e's samples per request, each row's served sample count (0: not
+    recorded) and each request's k."""
+
+    fb: LoggedFeedback
+    slate: np.ndarray
+    order: list[str]
+    loggers: list[str]
+    samples: int
+    n_served: np.ndarray
+    wanted: np.ndarray
+
+
+def served_feedback(
     root: str | Path,
     bundle: PolicyBundle,
     *,
@@ -168,14 +185,10 @@ def evaluate_served(
     reward_event: str = "click",
     samples: int = 64,
     temperature: float = 1.0,
-    n_boot: int = 500,
-    folds: int = 2,
     seed: int = 0,
-) -> dict[str, Any]:
-    """Estimate ``bundle``'s reward per slot from the sampled decisions of ``logging_policies``
-    (default: every sampled logger in the logs). Returns ``{"rows": [one per estimator:
-    estimate, ci_low, ci_high, se], "overlap", "logged": the loggers' own reward per slot with
-    its interval, ...counts}``."""
+) -> Served:
+    """The sampled decisions of ``logging_policies`` (default: every sampled logger in the logs)
+    with ``bundle``'s pi_e (module docstring)."""
     loggers = list(logging_policies) if logging_policies else sampled_loggers(root)
     deterministic = [n for n in loggers if ":" in n]
     if deterministic:
@@ -204,33 +217,62 @@ def evaluate_served(
     )
     action = np.array([index[logs.items[a]] for a in logs.action], dtype=np.int64)
     fb = LoggedFeedback(logs.context, action, logs.position, logs.reward, logs.pscore, pi_e)
-    slate = np.array([where[r] for r in logs.request_ids])
+    return Served(
+        fb,
+        np.array([where[r] for r in logs.request_ids]),
+        order,
+        loggers,
+        n_samples,
+        np.array([served_n.get(r, 0) for r in logs.request_ids]),
+        np.array([asked[r].get("k") or bundle.env.k for r in order]),
+    )
+
+
+def evaluate_served(
+    root: str | Path,
+    bundle: PolicyBundle,
+    *,
+    logging_policies: Sequence[str] | None = None,
+    reward_event: str = "click",
+    samples: int = 64,
+    temperature: float = 1.0,
+    n_boot: int = 500,
+    folds: int = 2,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Estimate ``bundle``'s reward per slot from the sampled decisions of ``logging_policies``
+    (default: every sampled logger in the logs). Returns ``{"rows": [one per estimator:
+    estimate, ci_low, ci_high, se], "overlap", "logged": the loggers' own reward per slot with
+    its interval, ...counts}``."""
+    sv = served_feedback(
+        root, bundle, logging_policies=logging_policies, reward_event=reward_event, samples=samples,
+        temperature=temperature, seed=seed,
+    )  # fmt: skip
+    fb, slate = sv.fb, sv.slate
     result = evaluate_feedback(fb, n_boot=n_boot, folds=folds, seed=seed, clusters=slate)
-    logged, _ = bootstrap({"logged": Terms(logs.reward)}, n_boot, seed=seed + 1, clusters=slate)
-    n_served = np.array([served_n.get(r, 0) for r in logs.request_ids])  # 0: not recorded
-    known = n_served > 0
-    lengths = np.bincount(slate, minlength=len(order))
-    wanted = np.array([asked[r].get("k") or bundle.env.k for r in order])
+    logged, _ = bootstrap({"logged": Terms(fb.reward)}, n_boot, seed=seed + 1, clusters=slate)
+    known = sv.n_served > 0
+    lengths = np.bincount(slate, minlength=len(sv.order))
     rows = [{"estimator": name, **est} for name, est in result["estimates"].items()]
     return {
         "schema_version": SCHEMA_VERSION,
         "policy_version": bundle.version.name,
-        "logging_policies": loggers,
+        "logging_policies": sv.loggers,
         "reward_event": reward_event,
         "temperature": max(temperature, 0.0),
-        "samples": n_samples,
+        "samples": sv.samples,
         "n_boot": n_boot,
         "seed": seed,
         "n_rows": fb.n,
-        "n_requests": len(order),
+        "n_requests": len(sv.order),
         "n_actions": fb.n_actions,
         "rows": rows,
         "overlap": {
             **result["overlap"],
             "propensity_floor_share": (  # p̂ = 1/N: only the served draw put the item there
-                float(np.mean(logs.pscore[known] * n_served[known] <= 1 + 1e-9)) if known.any() else None
+                float(np.mean(fb.pscore[known] * sv.n_served[known] <= 1 + 1e-9)) if known.any() else None
             ),
-            "short_slate_share": float(np.mean(lengths < wanted)),
+            "short_slate_share": float(np.mean(lengths < sv.wanted)),
         },
         "logged": logged["logged"],
     }
