@@ -20,7 +20,11 @@ class MemoryConfig(StrictModel):
         0.92, gt=0.0, le=1.0, description="cosine at or above which a new skill merges into an old one"
     )
     top_quantile: float = Field(
-        0.8, ge=0.0, lt=1.0, description="without an anchor: a reward must reach this batch quantile"
+        0.8,
+        ge=0.5,
+        lt=1.0,
+        description="without an anchor: a reward must pass this batch quantile (and a "
+        "low-value one stay under 1 - it)",
     )
     trajectories_per_skill: int = Field(4, ge=1, description="latest source trajectories kept per skill")
     links_per_skill: int = Field(32, ge=1, description="complement/conflict links kept per skill")

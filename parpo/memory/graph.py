@@ -153,6 +153,7 @@ class SkillGraph:
     def write(
         self,
         trajectories: Sequence[Trajectory],
+        *,
         anchors: Mapping[str, AnchorArrays] | None = None,
         used: Sequence[Sequence[int]] | None = None,
     ) -> dict[str, float]:
