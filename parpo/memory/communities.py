@@ -8,9 +8,10 @@ clustering; python-igraph/leidenalg are GPL and stay out of an Apache-2.0 packag
 Incremental refresh: between full runs a new skill takes the label carrying the most edge
 weight among its labelled users and complement neighbours (a new label when it has none), and
 an unlabelled user takes its skills' vote the same way. A full run (both resolutions, seeded)
-happens once the skills added since the last one reach ``min(refresh_every, max(MIN_NEW,
-skills at the last run))``: early on the graph is re-clustered each time it doubles, later
-every ``refresh_every`` new skills, so the cost per inserted skill stays bounded.
+happens once the edge updates since the last one (a distilled trajectory, a retrieved skill's
+edge moved) reach ``min(refresh_every, max(MIN_CHANGES, used edges at the last run))``: early on
+the graph is re-clustered each time it doubles, later every ``refresh_every`` updates, so a
+run's O(edges) cost is spread over at least as many updates as it has edges, up to the cap.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import numpy as np
 if TYPE_CHECKING:
     from parpo.memory.graph import SkillGraph
 
-#: Fewest new skills that trigger a full run.
-MIN_NEW = 32
+#: Fewest edge updates that trigger a full run.
+MIN_CHANGES = 32
 LEVELS = ("coarse", "fine")
 
 
@@ -84,8 +85,8 @@ class Communities:
         self.skill = np.full((len(LEVELS), 0), -1, dtype=np.int64)
         self.user: list[dict[int, int]] = [{} for _ in LEVELS]
         self.next_label = [0 for _ in LEVELS]
-        self.since_refresh = 0
-        self.size_at_refresh = 0
+        self.since_refresh = 0  # edge updates since the last full run
+        self.size_at_refresh = 0  # used edges at the last full run
         self.refreshes = 0
 
     def reserve(self, size: int) -> None:
@@ -106,13 +107,14 @@ class Communities:
             self.skill[lvl, :size] = np.where(live, part[:size], -1)
             self.user[lvl] = dict(zip(users.tolist(), part[size + users].tolist(), strict=True))
             self.next_label[lvl] = int(part.max(initial=-1)) + 1
-        self.since_refresh, self.size_at_refresh = 0, len(g)
+        self.since_refresh, self.size_at_refresh = 0, int(indices.size // 2)
         self.refreshes += 1
 
-    def grow(self, g: SkillGraph, new: Sequence[int], refresh_every: int) -> None:
-        """Label new skills (and their new users): a full run when due, else a neighbour vote."""
-        self.since_refresh += len(new)
-        if self.since_refresh >= min(refresh_every, max(MIN_NEW, self.size_at_refresh)):
+    def grow(self, g: SkillGraph, new: Sequence[int], changes: int, refresh_every: int) -> None:
+        """Label new skills (and their new users) after ``changes`` edge updates: a full run when
+        due, else a neighbour vote."""
+        self.since_refresh += changes
+        if self.since_refresh >= min(refresh_every, max(MIN_CHANGES, self.size_at_refresh)):
             self.refresh(g)
             return
         self.reserve(g.skills.size)

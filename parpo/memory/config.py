@@ -34,7 +34,7 @@ class MemoryConfig(StrictModel):
     # -- communities
     resolutions: tuple[float, float] = Field((0.05, 1.0), description="Leiden resolutions: coarse, fine")
     refresh_every: int = Field(
-        10_000, ge=1, description="new skills between full Leiden runs (others: neighbour vote)"
+        10_000, ge=1, description="most edge updates between full Leiden runs (between: neighbour vote)"
     )
     seed: int = Field(0, description="Leiden's seed")
     # -- retrieval fan-out caps (bound the work per request whatever the graph's size)

@@ -168,11 +168,12 @@ class SkillGraph:
         # A retrieved skill's edge moves by the reward relative to the middle of the two
         # thresholds: the user's anchor itself when there is one.
         used_margin = (r - (upper + lower) / 2).mean(axis=1)
-        new, merged = [], 0
+        new, merged, changes = [], 0, 0
         for i, t in enumerate(trajectories):
             slots = [self.sid_slot[s] for s in (used[i] if used is not None else ()) if s in self.sid_slot]
             for s in slots:
                 self._edge(t.user, s, float(used_margin[i]))
+            changes += len(slots) + bool(high[i])
             if high[i]:
                 slot, m = self._distil(t, float(margin[i]))
                 merged += m
@@ -189,7 +190,7 @@ class SkillGraph:
         self.totals["distilled"] += int(high.sum())
         self.totals["merged"] += merged
         self.totals["evicted"] += int(gone.size)
-        self.communities.grow(self, new, cfg.refresh_every)
+        self.communities.grow(self, new, changes, cfg.refresh_every)
         return {
             "memory/skills": float(len(sk)),
             "memory/high_value": float(high.sum()),

@@ -75,8 +75,12 @@ def recall(graph: SkillGraph, query: Query, n: int) -> tuple[np.ndarray, np.ndar
     if not len(graph):
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     near = graph.scenario_emb @ embed(tokens(Query(query.category, query.price_max)), cfg.dim)
-    blocks = [graph.blocks[sc] for sc in np.argsort(-near, kind="stable").tolist() if graph.blocks[sc]]
-    picked = blocks[: cfg.seed_scenarios]
+    picked: list[set[int]] = []
+    for sc in np.argsort(-near, kind="stable").tolist():
+        if graph.blocks[sc]:
+            picked.append(graph.blocks[sc])
+            if len(picked) == cfg.seed_scenarios:
+                break
     slots = np.fromiter((s for b in picked for s in b), np.int64, sum(len(b) for b in picked))
     sims = graph.skills.emb[slots] @ embed(tokens(query), cfg.dim)
     if slots.size > n:
@@ -109,21 +113,23 @@ def flat(graph: SkillGraph, user: int, query: Query, k: int) -> list[Retrieved]:
 
 
 def _affinity(
-    mine: dict[int, float], norm_mine: float, theirs: list[tuple[int, float]], prior: float
+    mine: dict[int, float], norm_mine: float, theirs: list[tuple[int, float]], norm: float
 ) -> float:
-    """prior + (1 - prior) * cosine of two users' (capped) skill weights; prior without history."""
-    if not mine:
-        return prior
+    """Cosine of two users' (capped) skill weights."""
     dot = sum(w * mine.get(s, 0.0) for s, w in theirs)
-    norm = math.sqrt(sum(w * w for _, w in theirs)) * norm_mine
-    return prior + (1.0 - prior) * (dot / norm if norm > 0 else 0.0)
+    return dot / (norm * norm_mine) if norm * norm_mine > 0 else 0.0
 
 
-def _links(table: dict[int, dict[int, float]], slot: int, context: set[int]) -> float:
-    row = table.get(slot)
-    if not row:
-        return 0.0
-    return 1.0 - math.exp(-sum(w for s, w in row.items() if s in context))
+def _links(table: dict[int, dict[int, float]], context: set[int], cands: dict[int, int]) -> np.ndarray:
+    """[C] 1 - exp(-sum of a candidate's links to the context, itself excluded); ``cands``: slot -> position.
+    Walks the context's rows (links are symmetric), far fewer than the candidates'."""
+    acc = np.zeros(len(cands))
+    for x in context:
+        for c, w in table.get(x, {}).items():
+            j = cands.get(c)
+            if j is not None:
+                acc[j] += w
+    return 1.0 - np.exp(-acc)
 
 
 @register("psgm")
@@ -133,39 +139,43 @@ def psgm(graph: SkillGraph, user: int, query: Query, k: int) -> list[Retrieved]:
     seeds, seed_sims = recall(graph, query, cfg.seeds)
     if not seeds.size:
         return []
-    me = f"user:{user}"
     mine_top = graph.top_skills(user, cfg.skills_per_user) if user >= 0 else []
     own = graph.user_skill.get(user, {}) if user >= 0 else {}
     mine = dict(mine_top)
     norm_mine = math.sqrt(sum(w * w for w in mine.values()))
     heaviest = mine_top[0][1] if mine_top else 1.0
-    # candidate slot -> (relevance, via, path)
-    best: dict[int, tuple[float, str, tuple[str, ...]]] = {}
-    for s in seeds.tolist():
-        best[s] = (0.0, "seed", (f"skill:{sk.sid[s]}",))
+    prior = cfg.cold_affinity
+    # candidate slot -> (relevance, via, seed, through user); paths are spelt for the picks only
+    best: dict[int, tuple[float, str, int, int]] = {s: (0.0, "seed", s, -1) for s in seeds.tolist()}
     for s, _ in mine_top:
-        best[s] = (0.0, "own", (me, f"skill:{sk.sid[s]}"))
+        best[s] = (0.0, "own", s, user)
+    scale: dict[int, tuple[list[tuple[int, float]], float]] = {}  # other user -> (skills, factor)
     for s in seeds.tolist():
         for via, w_vs in graph.top_users(s, cfg.users_per_skill):
             if via == user:
                 continue
-            theirs = graph.top_skills(via, cfg.skills_per_user)
-            top = theirs[0][1]
-            base = _affinity(mine, norm_mine, theirs, cfg.cold_affinity) * min(w_vs / top, 1.0)
+            if via not in scale:
+                theirs = graph.top_skills(via, cfg.skills_per_user)
+                norm = math.sqrt(sum(w * w for _, w in theirs))
+                aff = prior + (1.0 - prior) * _affinity(mine, norm_mine, theirs, norm) if mine else prior
+                scale[via] = (theirs, aff / theirs[0][1])
+            theirs, factor = scale[via]
+            base = factor * min(w_vs / theirs[0][1], 1.0)
             for c, w_vc in theirs:
-                strength = base * w_vc / top
+                strength = base * w_vc
                 held = best.get(c)
                 # the user's own edge outranks any path; otherwise the strongest path is the reason
                 if held is None or held[1] != "own" and strength > held[0]:
-                    path = (f"skill:{sk.sid[s]}", f"user:{via}", f"skill:{sk.sid[c]}")
-                    best[c] = (strength, "expansion", path)
+                    best[c] = (strength, "expansion", s, via)
     cands = np.fromiter(best, np.int64, len(best))
-    q = embed(tokens(query), cfg.dim)
-    sim = sk.emb[cands] @ q
-    rel = np.array([own[c] / heaviest if c in own else best[c][0] for c in cands.tolist()])
+    position = {c: j for j, c in enumerate(best)}
+    sim = sk.emb[cands] @ embed(tokens(query), cfg.dim)
+    rel = np.fromiter(
+        (own[c] / heaviest if c in own else v[0] for c, v in best.items()), np.float64, len(best)
+    )
     context = {*seeds.tolist(), *mine}
-    comp = np.array([_links(graph.complement, c, context - {c}) for c in cands.tolist()])
-    conf = np.array([_links(graph.conflict, c, context - {c}) for c in cands.tolist()])
+    comp = _links(graph.complement, context, position)
+    conf = _links(graph.conflict, context, position)
     comm = _community(graph, cands, seeds, seed_sims, mine_top, heaviest)
     # the terms as they enter the score (weighted), so a reason's terms add up to its score
     terms = {
@@ -178,6 +188,15 @@ def psgm(graph: SkillGraph, user: int, query: Query, k: int) -> list[Retrieved]:
     return _greedy(graph, cands, sum(terms.values()), k, best, terms)
 
 
+def _path(graph: SkillGraph, slot: int, via: str, seed: int, user: int) -> tuple[str, ...]:
+    sid = graph.skills.sid
+    if via == "seed":
+        return (f"skill:{sid[slot]}",)
+    if via == "own":
+        return (f"user:{user}", f"skill:{sid[slot]}")
+    return (f"skill:{sid[seed]}", f"user:{user}", f"skill:{sid[slot]}")
+
+
 def _community(
     graph: SkillGraph,
     cands: np.ndarray,
@@ -188,21 +207,21 @@ def _community(
 ) -> np.ndarray:
     """[C] mean over levels of the context's weight share in each candidate's community."""
     labels = graph.communities.skill
+    size = labels.shape[1]
     ctx = np.concatenate([seeds, np.array([s for s, _ in mine_top], np.int64)])
     w = np.concatenate([np.clip(seed_sims, 0, None), np.array([x / heaviest for _, x in mine_top])])
     out = np.zeros(cands.size)
-    total = w.sum()
-    if total <= 0 or labels.shape[1] == 0:
+    total = float(w.sum())
+    if total <= 0 or size == 0:
         return out
-    size = labels.shape[1]
     for lvl in range(len(LEVELS)):
         lab_ctx = np.where(ctx < size, labels[lvl, np.minimum(ctx, size - 1)], -1)
         lab_c = np.where(cands < size, labels[lvl, np.minimum(cands, size - 1)], -1)
-        share: dict[int, float] = {}
-        for lab, x in zip(lab_ctx.tolist(), w.tolist(), strict=True):
-            if lab >= 0:
-                share[lab] = share.get(lab, 0.0) + x / total
-        out += np.array([share.get(lab, 0.0) for lab in lab_c.tolist()]) / len(LEVELS)
+        uniq, inv = np.unique(lab_ctx, return_inverse=True)
+        share = np.bincount(inv, weights=w, minlength=uniq.size) / total
+        share[uniq < 0] = 0.0  # unlabelled skills share nothing
+        pos = np.minimum(np.searchsorted(uniq, lab_c), uniq.size - 1)
+        out += np.where(uniq[pos] == lab_c, share[pos], 0.0) / len(LEVELS)
     return out
 
 
@@ -211,10 +230,11 @@ def _greedy(
     cands: np.ndarray,
     score: np.ndarray,
     k: int,
-    best: dict[int, tuple[float, str, tuple[str, ...]]],
+    best: dict[int, tuple[float, str, int, int]],
     terms: dict[str, np.ndarray],
 ) -> list[Retrieved]:
-    """Pick ``k`` by score minus ``w_diversity`` x the largest cosine to those already picked."""
+    """Pick ``k`` by score minus ``w_diversity`` x the largest cosine to those already picked
+    (ties: lower sid)."""
     cfg, sk = graph.cfg, graph.skills
     emb = sk.emb[cands]
     penalty = np.zeros(cands.size)
@@ -223,12 +243,13 @@ def _greedy(
     out = []
     for _ in range(min(k, cands.size)):
         gain = np.where(taken, -np.inf, score - penalty)
-        j = int(np.lexsort((sids, -gain))[0])
+        ties = np.flatnonzero(gain == gain.max())
+        j = int(ties[np.argmin(sids[ties])])
         taken[j] = True
         slot = int(cands[j])
         t = {name: float(v[j]) for name, v in terms.items()}
         t["diversity"] = -float(penalty[j])
-        _, via, path = best[slot]
-        out.append(_hit(slot, graph, float(gain[j]), via, path, t))
+        _, via, seed, through = best[slot]
+        out.append(_hit(slot, graph, float(gain[j]), via, _path(graph, slot, via, seed, through), t))
         penalty = np.maximum(penalty, cfg.w_diversity * np.clip(emb @ emb[j], 0, None))
     return out

@@ -37,7 +37,7 @@ def test_leiden_recovers_the_planted_groups():
 
 
 def test_new_skill_takes_its_users_community_until_the_next_run():
-    g, truth = planted(refresh_every=1000)  # the first 40 skills pass MIN_NEW: one full run
+    g, truth = planted(refresh_every=1000)  # the first write passes MIN_CHANGES: one full run
     group0 = int(g.communities.skill[1, g.skills.live()[truth == 0][0]])
     g.write([traj("new", u, "fresh") for u in range(3)], anchors=anchors(GROUPS * USERS))  # users of group 0
     slot = g.sid_slot[g.skills.next_sid - 1]
