@@ -32,7 +32,7 @@ class MemoryConfig(StrictModel):
         50.0, gt=0.0, description="updates over which an unused skill's support decays by 1/e"
     )
     # -- communities
-    resolutions: tuple[float, float] = Field((0.05, 1.0), description="Leiden resolutions: coarse, fine")
+    resolutions: tuple[float, float] = Field((0.25, 1.0), description="Leiden resolutions: coarse, fine")
     refresh_every: int = Field(
         10_000, ge=1, description="most edge updates between full Leiden runs (between: neighbour vote)"
     )

@@ -27,7 +27,7 @@ import numpy as np
 
 from parpo.memory.communities import Communities
 from parpo.memory.config import MemoryConfig
-from parpo.memory.scenario import Query, embed, plan_tokens, tokens
+from parpo.memory.scenario import Query, bag_cosine, embed, plan_tokens, tokens
 from parpo.memory.skills import SkillTable
 from parpo.memory.trajectory import AnchorArrays, Trajectory, thresholds
 
@@ -37,9 +37,14 @@ COMPONENTS = ("task_quality", "preference")
 MAX_LINKED = 8
 
 
+def skill_tokens(query: Query, plan: Sequence[str], strategy: str | None, k: int) -> tuple[str, ...]:
+    """A skill's scenario and plan tokens."""
+    return (*tokens(query), *plan_tokens(plan, strategy, k))
+
+
 def skill_embedding(query: Query, plan: Sequence[str], strategy: str | None, k: int, dim: int) -> np.ndarray:
     """[dim] the hashed bag of a skill's scenario and plan tokens."""
-    return embed([*tokens(query), *plan_tokens(plan, strategy, k)], dim)
+    return embed(skill_tokens(query, plan, strategy, k), dim)
 
 
 class SkillGraph:
@@ -134,14 +139,21 @@ class SkillGraph:
                     ra[b] = rb[a] = ra.get(b, 0.0) + 1.0
 
     def _distil(self, t: Trajectory, margin: float) -> tuple[int, bool]:
-        """Insert or merge one high-value trajectory; (slot, merged)."""
+        """Insert or merge one high-value trajectory; (slot, merged). The hashed embedding finds
+        the nearest skill of the scenario; the exact token bags decide, so a hash collision
+        never merges two different skills."""
         cfg, sk = self.cfg, self.skills
-        emb = skill_embedding(t.query, t.plan, t.strategy, t.k, cfg.dim)
+        toks = skill_tokens(t.query, t.plan, t.strategy, t.k)
+        emb = embed(toks, cfg.dim)
         sc = self.scenario(t.query)
         slot, sim = self.nearest(emb, sc)
-        merged = slot >= 0 and sim >= cfg.merge_threshold
+        merged = (
+            slot >= 0
+            and sim >= cfg.merge_threshold
+            and bag_cosine(toks, sk.tokens[slot]) >= cfg.merge_threshold
+        )
         if not merged:
-            slot = sk.add(emb, sc, t.plan, t.strategy, t.constrained, t.attributes, t.k, self.clock)
+            slot = sk.add(emb, toks, sc, t.plan, t.strategy, t.constrained, t.attributes, t.k, self.clock)
             self.blocks[sc].add(slot)
             self.sid_slot[int(sk.sid[slot])] = slot
             self.trajectories[slot] = deque(maxlen=cfg.trajectories_per_skill)

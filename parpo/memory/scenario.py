@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,3 +82,11 @@ def embed(toks: Sequence[str], dim: int) -> np.ndarray:
         v[i] += s
     n = float(np.linalg.norm(v))
     return v / n if n > 0 else v
+
+
+def bag_cosine(a: Sequence[str], b: Sequence[str]) -> float:
+    """Exact cosine of two token bags (what ``embed`` approximates, without hash collisions)."""
+    ca, cb = Counter(a), Counter(b)
+    dot = sum(n * cb[t] for t, n in ca.items())
+    norm = math.sqrt(sum(n * n for n in ca.values()) * sum(n * n for n in cb.values()))
+    return dot / norm if norm > 0 else 0.0

@@ -44,6 +44,7 @@ class SkillTable:
         self.alive = np.zeros(0, dtype=bool)
         self.constrained = np.zeros(0, dtype=bool)
         self.k = np.zeros(0, dtype=np.int32)
+        self.tokens: list[tuple[str, ...]] = []  # the bag ``emb`` hashes (exact merge check)
         self.plan: list[tuple[str, ...]] = []
         self.strategy: list[str | None] = []
         self.attributes: list[tuple[str, ...]] = []
@@ -64,12 +65,13 @@ class SkillTable:
         for name in ("sid", "scenario", "count", "support", "born", "last", "alive", "constrained", "k"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(pad, dtype=a.dtype)]))
-        for name in ("plan", "strategy", "attributes", "text"):
+        for name in ("tokens", "plan", "strategy", "attributes", "text"):
             getattr(self, name).extend([None] * pad)
 
     def add(
         self,
         emb: np.ndarray,
+        tokens: tuple[str, ...],
         scenario: int,
         plan: tuple[str, ...],
         strategy: str | None,
@@ -91,7 +93,7 @@ class SkillTable:
         self.rsum[slot], self.rsq[slot], self.alive[slot] = 0.0, 0.0, True
         self.constrained[slot], self.k[slot] = constrained, k
         self.plan[slot], self.strategy[slot], self.attributes[slot] = plan, strategy, attributes
-        self.text[slot] = text
+        self.text[slot], self.tokens[slot] = text, tokens
         return slot
 
     def reinforce(self, slot: int, rewards: Sequence[float], margin: float, clock: int) -> None:

@@ -58,6 +58,7 @@ def save(graph: SkillGraph, directory: str | Path, user_ids: Sequence[str]) -> P
         "last": sk.last[live],
         "constrained": sk.constrained[live],
         "k": sk.k[live],
+        "tokens": [list(sk.tokens[s]) for s in live],
         "plan": [list(sk.plan[s]) for s in live],
         "strategy": [sk.strategy[s] for s in live],
         "attributes": [list(sk.attributes[s]) for s in live],
@@ -68,7 +69,12 @@ def save(graph: SkillGraph, directory: str | Path, user_ids: Sequence[str]) -> P
     for j, c in enumerate(sk.components):
         cols[f"sum_{c}"], cols[f"sq_{c}"] = sk.rsum[live, j], sk.rsq[live, j]
     skills = pl.DataFrame(
-        cols, schema_overrides={"plan": pl.List(pl.String), "attributes": pl.List(pl.String)}
+        cols,
+        schema_overrides={
+            "tokens": pl.List(pl.String),
+            "plan": pl.List(pl.String),
+            "attributes": pl.List(pl.String),
+        },
     )
     emb = pl.Series("emb", sk.emb[live], dtype=pl.Array(pl.Float32, sk.dim))
     skills.with_columns(emb).write_parquet(d / "skills.parquet")
@@ -168,10 +174,11 @@ def load(directory: str | Path, user_ids: Sequence[str]) -> SkillGraph:
         sk.rsum[slot, j], sk.rsq[slot, j] = skills[f"sum_{c}"].to_numpy(), skills[f"sq_{c}"].to_numpy()
     sk.alive[slot] = True
     com.skill[0, slot], com.skill[1, slot] = skills["coarse"].to_numpy(), skills["fine"].to_numpy()
-    for s, plan, strat, attrs, text, sc, sid in skills.select(
-        "slot", "plan", "strategy", "attributes", "text", "scenario", "sid"
+    for s, toks, plan, strat, attrs, text, sc, sid in skills.select(
+        "slot", "tokens", "plan", "strategy", "attributes", "text", "scenario", "sid"
     ).iter_rows():
         sk.plan[s], sk.strategy[s], sk.attributes[s], sk.text[s] = tuple(plan), strat, tuple(attrs), text
+        sk.tokens[s] = tuple(toks)
         g.blocks[sc].add(s)
         g.sid_slot[sid] = s
         g.trajectories[s] = deque(maxlen=g.cfg.trajectories_per_skill)

@@ -3,6 +3,8 @@ import pytest
 
 from parpo.memory.config import MemoryConfig
 from parpo.memory.graph import SkillGraph
+from parpo.memory.scenario import Query
+from parpo.memory.trajectory import Trajectory
 
 from .helpers import anchors, traj
 
@@ -105,3 +107,19 @@ def test_random_writes_keep_every_invariant():
         assert len(g) <= 20
     assert g.totals["merged"] > 0 and g.totals["evicted"] > 0
     assert sum(g.skills.count[g.skills.live()]) <= g.totals["distilled"]
+
+
+def test_a_hash_collision_does_not_merge_different_skills():
+    # at dim 16 the tokens attr:a0 and attr:a9 hash to the same slot with the same sign: the two
+    # skills' embeddings are identical (cosine 1), their token bags differ in one of 7 (6/7)
+    g = SkillGraph(MemoryConfig(dim=16))
+    batch = [
+        Trajectory(f"t{i}", 0, Query("shoes", 50.0, (a,)), ("search:popularity", "recommend"), "popularity",
+                   False, (), 10, {"task_quality": 1.0, "preference": 1.0})
+        for i, a in enumerate(["a0", "a9"])
+    ]  # fmt: skip
+    g.write(batch, anchors=anchors(1))
+    e0, e9 = g.skills.emb[g.sid_slot[0]], g.skills.emb[g.sid_slot[1]]
+    assert float(e0 @ e9) == pytest.approx(1.0)
+    assert len(g) == 2 and g.totals["merged"] == 0
+    check_invariants(g)

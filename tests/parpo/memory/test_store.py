@@ -48,7 +48,9 @@ def state(g: SkillGraph) -> dict:
             getattr(sk, n)[live].tolist()
             for n in ("sid", "scenario", "count", "support", "last", "k", "emb", "rsum", "rsq")
         ],
-        "lists": [[getattr(sk, n)[s] for s in live] for n in ("plan", "strategy", "attributes", "text")],
+        "lists": [
+            [getattr(sk, n)[s] for s in live] for n in ("tokens", "plan", "strategy", "attributes", "text")
+        ],
         "edges": (g.user_skill, g.complement, g.conflict),
         "trajectories": {s: list(q) for s, q in g.trajectories.items()},
         "communities": (g.communities.skill[:, live].tolist(), g.communities.user),
