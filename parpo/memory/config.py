@@ -43,12 +43,16 @@ class MemoryConfig(StrictModel):
     users_per_skill: int = Field(8, ge=1, description="heaviest users followed from a seed")
     skills_per_user: int = Field(8, ge=1, description="heaviest skills followed from a user")
     # -- score weights: similarity + user relevance + complement - conflict + community - diversity
-    w_similarity: float = Field(1.0, ge=0.0)
-    w_user: float = Field(1.0, ge=0.0)
-    w_complement: float = Field(0.3, ge=0.0)
-    w_conflict: float = Field(0.5, ge=0.0)
-    w_community: float = Field(0.3, ge=0.0)
-    w_diversity: float = Field(0.5, ge=0.0)
+    w_similarity: float = Field(1.0, ge=0.0, description="weight of the request-skill cosine")
+    w_user: float = Field(1.0, ge=0.0, description="weight of the skill's relevance to the user")
+    w_complement: float = Field(0.3, ge=0.0, description="weight of complement links to the context")
+    w_conflict: float = Field(0.5, ge=0.0, description="weight of conflict links to the context (subtracted)")
+    w_community: float = Field(
+        0.3, ge=0.0, description="weight of the context's share of the skill's community"
+    )
+    w_diversity: float = Field(
+        0.5, ge=0.0, description="weight of the cosine to skills already picked (subtracted)"
+    )
     cold_affinity: float = Field(
         0.5, ge=0.0, le=1.0, description="affinity given to other users when the user has no history"
     )
