@@ -203,6 +203,8 @@ class PolicyTrainer:
             metrics = {k: float(v) for k, v in metrics.items()}
             if world > 1:
                 metrics["anchors/rank_divergence"] = _anchor_divergence(fabric, anchors)
+                if memory is not None:
+                    metrics["memory/rank_divergence"] = _memory_divergence(fabric, memory)
                 metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
             state["update"] += 1
             metrics["update"] = state["update"]
@@ -384,6 +386,25 @@ def _all_gather_objects(items: list[Any]) -> list[Any]:
     parts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(parts, items)
     return [x for part in parts for x in part]
+
+
+def _memory_divergence(fabric: Any, memory: Any) -> float:
+    """Largest difference between ranks of a digest of the memory (0 when they agree, as they must)."""
+    g = memory.graph
+    live = g.skills.live()
+    digest = torch.tensor(
+        [
+            float(len(g)),
+            float(g.skills.next_sid),
+            float(g.skills.count[live].sum()),
+            float(g.skills.support[live].sum()),
+            float(sum(sum(row.values()) for row in g.user_skill.values())),
+        ],
+        dtype=torch.float64,
+        device=fabric.device,
+    )
+    every = fabric.all_gather(digest)
+    return float((every - every[0]).abs().max())
 
 
 def _anchor_divergence(fabric: Any, anchors: AnchorStore) -> float:

@@ -47,3 +47,19 @@ def test_training_grows_the_memory_deterministically_and_the_policy_carries_it(s
     assert [[h.skill_id for h in hits] for hits in loaded.featurizer.memory.retrieved(tasks)] == want
     x = loaded.featurizer.encode([o for o in source.env().reset(tasks)])
     assert x["skills"].shape == (8, 2, 12) and x["skill_mask"].any()
+
+
+def test_two_ddp_ranks_write_back_the_same_memory(tiny_synth, published_reward, tmp_path):
+    import shutil
+
+    from tests.cli.test_policy import FAST, run
+
+    reg = tmp_path / "REG"
+    shutil.copytree(published_reward, reg)
+    res = run("policy", "train", "-d", str(tiny_synth), "-r", str(reg), "-o", str(tmp_path / "run"),
+              *FAST, "runtime.devices=2", "policy.memory_skills=2")  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = pl.read_csv(tmp_path / "run" / "logs" / "metrics.csv")
+    assert log["memory/rank_divergence"].to_list() == [0.0, 0.0]
+    assert log["memory/skills"].to_list()[-1] > 0
+    assert any((reg / "policy").glob("*/policy/memory/memory.json"))  # published with the policy
