@@ -27,7 +27,7 @@ import numpy as np
 
 from parpo.memory.communities import Communities
 from parpo.memory.config import MemoryConfig
-from parpo.memory.scenario import Query, bag_cosine, embed, plan_tokens, tokens
+from parpo.memory.scenario import Query, bag_cosine, embed, plan_tokens, scenario_tokens, tokens
 from parpo.memory.skills import SkillTable
 from parpo.memory.trajectory import AnchorArrays, Trajectory, thresholds
 
@@ -103,8 +103,8 @@ class SkillGraph:
         sc = self.scenario_index.get(key)
         if sc is None:
             sc = self.scenario_index[key] = len(self.scenarios)
-            self.scenarios.append(Query(query.category, query.price_max, ()))
-            e = embed(tokens(Query(query.category, query.price_max, ())), self.cfg.dim)
+            self.scenarios.append(query)  # the first query names the node (its kind survives a reload)
+            e = embed(scenario_tokens(query), self.cfg.dim)
             self.scenario_emb = np.vstack([self.scenario_emb, e[None]])
             self.blocks[sc] = set()
         return sc

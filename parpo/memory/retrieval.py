@@ -33,7 +33,7 @@ import numpy as np
 
 from parpo.memory.communities import LEVELS
 from parpo.memory.graph import SkillGraph
-from parpo.memory.scenario import Query, embed, tokens
+from parpo.memory.scenario import Query, embed, scenario_tokens, tokens
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def recall(graph: SkillGraph, query: Query, n: int) -> tuple[np.ndarray, np.ndar
     cfg = graph.cfg
     if not len(graph):
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    near = graph.scenario_emb @ embed(tokens(Query(query.category, query.price_max)), cfg.dim)
+    near = graph.scenario_emb @ embed(scenario_tokens(query), cfg.dim)
     picked: list[set[int]] = []
     for sc in np.argsort(-near, kind="stable").tolist():
         if graph.blocks[sc]:

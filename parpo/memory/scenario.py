@@ -64,6 +64,11 @@ def tokens(query: Query) -> list[str]:
     return [head, f"band:{price_band(query.price_max)}", *(f"attr:{a}" for a in query.attributes)]
 
 
+def scenario_tokens(query: Query) -> list[str]:
+    """The scenario node's tokens: category or kind, and price band (no attributes)."""
+    return tokens(query)[:2]
+
+
 def plan_tokens(plan: Sequence[str], strategy: str | None, k: int) -> list[str]:
     """A plan's tokens: each call signature with its position, the strategy and the slate size."""
     return [*(f"step{i}:{s}" for i, s in enumerate(plan)), f"strategy:{strategy}", f"k:{k}"]

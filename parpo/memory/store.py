@@ -83,8 +83,14 @@ def save(graph: SkillGraph, directory: str | Path, user_ids: Sequence[str]) -> P
             "id": list(range(len(graph.scenarios))),
             "category": [q.category for q in graph.scenarios],
             "price_max": [q.price_max for q in graph.scenarios],
+            "attributes": [list(q.attributes) for q in graph.scenarios],
         },
-        schema={"id": pl.Int64, "category": pl.String, "price_max": pl.Float64},
+        schema={
+            "id": pl.Int64,
+            "category": pl.String,
+            "price_max": pl.Float64,
+            "attributes": pl.List(pl.String),
+        },
     ).write_parquet(d / "scenarios.parquet")
     used = [(u, s, w) for u, row in graph.user_skill.items() for s, w in row.items()]
     _table(used, {"user": pl.Int64, "slot": pl.Int64, "weight": pl.Float64}).write_parquet(d / "used.parquet")
@@ -162,8 +168,8 @@ def load(directory: str | Path, user_ids: Sequence[str]) -> SkillGraph:
     sk.size, sk.next_sid = int(meta["size"]), int(meta["next_sid"])
     g.clock, g.totals = int(meta["clock"]), dict(meta["totals"])
     scen = pl.read_parquet(d / "scenarios.parquet").sort("id")
-    for cat, price in scen.select("category", "price_max").iter_rows():
-        g.scenario(Query(cat, price))
+    for cat, price, attrs in scen.select("category", "price_max", "attributes").iter_rows():
+        g.scenario(Query(cat, price, tuple(attrs)))
     skills = pl.read_parquet(d / "skills.parquet")
     slot = skills["slot"].to_numpy()
     com.reserve(sk.size)

@@ -11,7 +11,7 @@ from parpo.memory.trajectory import Trajectory
 def traj(
     tid: str,
     user: int,
-    category: str,
+    category: str | None,
     strategy: str = "popularity",
     task: float = 1.0,
     pref: float = 1.0,

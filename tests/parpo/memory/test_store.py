@@ -9,9 +9,10 @@ from parpo.memory.graph import SkillGraph
 from parpo.memory.retrieval import retrieve
 from parpo.memory.scenario import Query
 from parpo.memory.store import load, save
+from parpo.memory.trajectory import Trajectory
 from parpo_core.errors import DataError
 
-from .helpers import traj
+from .helpers import anchors, traj
 
 USERS = [f"u{i}" for i in range(20)]
 
@@ -34,6 +35,11 @@ def batch(rng: np.random.Generator, update: int, sids: list[int]) -> tuple[list,
 def grown(seed: int = 0) -> tuple[SkillGraph, np.random.Generator]:
     rng = np.random.default_rng(seed)
     g = SkillGraph(MemoryConfig(capacity=12, top_quantile=0.5, refresh_every=8))
+    # a request without a category: its scenario is named by its kind, which a reload must keep
+    g.write([traj("open", 0, None, price=20.0)], anchors=anchors(20))
+    g.write([Trajectory("attrs", 1, Query(None, 20.0, ("a1",)), ("search:popularity", "recommend"),
+                        "popularity", False, (), 10, {"task_quality": 1.0, "preference": 1.0})], anchors=anchors(20))  # fmt: skip
+    assert {"<open>|4", "<attributes>|4"} <= set(g.scenario_index)
     for update in range(6):
         trajs, used = batch(rng, update, sorted(g.sid_slot))
         g.write(trajs, used=used)
