@@ -20,7 +20,6 @@ window of the train split plus a replay share of older rows (``TrainWindow``).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ import polars as pl
 import torch
 
 from data_pipelines.dataset import Dataset
+from data_pipelines.idmaps import extends
 from data_pipelines.splits import Split
 from parpo_core.errors import DataError
 from reward_models.data import RewardData
@@ -92,17 +92,6 @@ def windowed(split: Split, window: TrainWindow | None) -> Split:
         meta=split.meta | {"window": window.label()},
         path=split.path,
     )
-
-
-def ids_fingerprint(ids: list[str]) -> str:
-    """sha256 of the ids in index order (one per line)."""
-    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
-def extends(base: list[str], new: list[str]) -> bool:
-    """Whether the id map ``new`` (ids in index order) extends ``base``: the same ids at the same
-    indices, new ids after them."""
-    return len(new) >= len(base) and new[: len(base)] == base
 
 
 def check_extends(base_dir: Path, base_fp: str, ds: Dataset) -> None:

@@ -161,6 +161,19 @@ class LoadedModel:
         request = Request(category=req.category, constraints=req.constraints or Constraints(), text=req.text)
         return self.bundle.task(r.request_id, r.user_id, request, candidates=r.candidates, k=r.k)
 
+    def _skills(self, r: ActRequest) -> list[dict[str, Any]] | None:
+        """The skills the policy's memory retrieved for the request (the ones its observation
+        held; cached), or None for a policy without memory. Serving never writes the memory."""
+        memory = getattr(getattr(self.bundle.policy, "featurizer", None), "memory", None)
+        if memory is None:
+            return None
+        graph = memory.graph
+        return [
+            {"skill_id": h.skill_id, "scenario": graph.describe(h.slot)["scenario"],
+             "plan": list(graph.skills.plan[h.slot]), "reason": h.reason()}
+            for h in memory.retrieved([self._task(r)])[0]
+        ]  # fmt: skip
+
     def _answer(
         self,
         r: ActRequest,
@@ -192,6 +205,7 @@ class LoadedModel:
             "fallback": fallback,
             "fallback_reason": reason,
             "slot1_propensity": None if slot1 is None else {"low": slot1[0], "high": slot1[1]},
+            "skills": self._skills(r),
         }
         decision = DecisionRecord(
             ts=time.time(),

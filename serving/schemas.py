@@ -161,6 +161,17 @@ class Slot1(BaseModel):
     )
 
 
+class SkillRef(BaseModel):
+    """A skill the policy's memory retrieved for the request (docs/memory.md)."""
+
+    skill_id: int
+    scenario: str = Field(
+        description="the scenario node the skill applies to (category or kind | price band)"
+    )
+    plan: list[str] = Field(description="the skill's plan template (call signatures)")
+    reason: dict[str, Any] = Field(description="how it was reached (via, path) and its score terms")
+
+
 class ActResponse(BaseModel):
     request_id: str
     policy_version: str
@@ -181,6 +192,10 @@ class ActResponse(BaseModel):
     logged: bool = Field(
         True,
         description="false: the decision log is failing and this decision was not stored (not evaluable)",
+    )
+    skills: list[SkillRef] | None = Field(
+        None,
+        description="skills the policy's memory retrieved for this request; null: a policy without memory",
     )
 
 

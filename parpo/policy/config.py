@@ -28,3 +28,10 @@ class NativePolicyConfig(StrictModel):
         "interest and conformity z-scores, scored flag) to its features; false for the ablation "
         "(policies saved before the option existed load with false)",
     )
+    memory_skills: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="retrieved skills the policy sees as extra tokens (parpo.memory; needs the trainer's "
+        "memory); 0: no memory tokens, the network of policies saved before the option existed",
+    )

@@ -8,7 +8,8 @@ has attributes, cold), ``step`` [B] int64, ``history`` [B, H] int64 call codes,
 ``cand_rows`` [B, N] int64 catalogue rows (0 where padded), ``cand_feats`` [B, N, F] float32
 catalogue features (then ``PERSONAL_FEATURES`` when the policy uses them), ``cand_mask`` [B, N]
 bool, ``tool_mask`` [B, 3] bool, ``scope_free`` and ``constrain_free`` [B] bool, ``n_pick`` [B]
-int64 pointers a recommend fills.
+int64 pointers a recommend fills; with ``memory_skills`` M > 0 also ``skills`` [B, M, S] float32
+the retrieved skills' ``SKILL_FEATURES`` and ``skill_mask`` [B, M] bool (parpo.memory).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from parpo.env.cache import BoundedCache
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
+from parpo.memory.policy_memory import SKILL_FEATURES, PolicyMemory
 from parpo.policy.tokens import choice_masks, history_codes
 
 N_REQUEST = 5
@@ -71,8 +73,12 @@ class Featurizer:
         max_candidates: int,
         max_k: int,
         personal: bool = False,
+        memory_skills: int = 0,
     ) -> None:
         self.reward_model, self.catalogue = reward_model, catalogue
+        self.memory_skills = memory_skills
+        #: the skill memory retrieved from (set by the trainer or at load); None: no skills
+        self.memory: PolicyMemory | None = None
         self.max_candidates, self.max_k, self.personal = max_candidates, max_k, personal
         self.features = (*FEATURES, *(PERSONAL_FEATURES if personal else ()))
         self._users: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
@@ -157,7 +163,18 @@ class Featurizer:
             tools[i], scope[i], constrain[i], n_pick[i] = choice_masks(o, self.max_k)
             n_pick[i] = min(n_pick[i], m)
             tools[i, 2] &= m > 0
+        memory = {}
+        if self.memory_skills:
+            tasks = [o.task for o in observations]
+            skills, skill_mask = (
+                self.memory.encode(tasks, self.memory_skills)
+                if self.memory is not None
+                else (np.zeros((b, self.memory_skills, len(SKILL_FEATURES)), np.float32),
+                      np.zeros((b, self.memory_skills), bool))
+            )  # fmt: skip
+            memory = {"skills": torch.from_numpy(skills), "skill_mask": torch.from_numpy(skill_mask)}
         return {
+            **memory,
             "user": torch.from_numpy(self.users(observations)),
             "request": torch.from_numpy(request),
             "step": torch.from_numpy(step),

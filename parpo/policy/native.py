@@ -11,7 +11,8 @@ without replacement from those scores (Gumbel top-k when sampling, top-k when gr
 Personalisation comes from three places: the reward model's scores of each candidate for the
 user (``PERSONAL_FEATURES``, unless ``personal_features`` is off), the reward model's user
 vector on the state token, and a learned user x item pointer term ``<W user, e_item>`` over
-the policy's own item embeddings. Everything runs on whatever device the parameters are on;
+the policy's own item embeddings. With ``memory_skills`` the skills retrieved from the skill
+graph memory (``parpo.memory``) are more tokens, after the candidates. Everything runs on whatever device the parameters are on;
 CPU is the default and trains in minutes.
 """
 
@@ -32,6 +33,7 @@ from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES
 from parpo.env.tasks import Task
+from parpo.memory.policy_memory import SKILL_FEATURES
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
 from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
@@ -52,6 +54,8 @@ from parpo.policy.tokens import (
 
 MAX_STEP_EMBED = 64
 WEIGHTS, META = "policy.safetensors", "policy.json"
+#: The skill memory's folder inside a saved policy (``parpo.memory.store``), when it has one.
+MEMORY = "memory"
 
 
 def _masked_log_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
@@ -87,6 +91,8 @@ class NativeNet(nn.Module):
             nn.init.normal_(self.item.weight, std=0.02)
         self.rank = nn.Embedding(cfg.max_candidates, d)
         self.kind = nn.Embedding(3, d)  # state, call, candidate
+        # skill tokens (their bias marks their kind: ``kind`` keeps the shape older policies saved)
+        self.skill = nn.Linear(len(SKILL_FEATURES), d) if cfg.memory_skills else None
         layer = nn.TransformerEncoderLayer(
             d, cfg.heads, cfg.ffn * d, cfg.dropout, batch_first=True, norm_first=True, activation="gelu"
         )
@@ -123,12 +129,13 @@ class NativeNet(nn.Module):
         if self.item is not None:
             cand = cand + self.item(x["cand_rows"])
         kinds = self.kind.weight
-        seq = torch.cat([(state + kinds[0]).unsqueeze(1), calls + kinds[1], cand + kinds[2]], dim=1)
-        pad = torch.cat(
-            [torch.zeros(b, 1, dtype=torch.bool, device=dev), x["history"] == 0, ~x["cand_mask"]], dim=1
-        )
-        h = self.norm(self.encoder(seq, src_key_padding_mask=pad))
-        s, c = h[:, 0], h[:, 1 + HISTORY :]
+        parts = [(state + kinds[0]).unsqueeze(1), calls + kinds[1], cand + kinds[2]]
+        pads = [torch.zeros(b, 1, dtype=torch.bool, device=dev), x["history"] == 0, ~x["cand_mask"]]
+        if self.skill is not None:
+            parts.append(self.skill(x["skills"]))
+            pads.append(~x["skill_mask"])
+        h = self.norm(self.encoder(torch.cat(parts, dim=1), src_key_padding_mask=torch.cat(pads, dim=1)))
+        s, c = h[:, 0], h[:, 1 + HISTORY : 1 + HISTORY + n]
         pointer = (self.query(s).unsqueeze(1) * self.key(c)).sum(-1) / math.sqrt(s.shape[-1])
         if self.item is not None and self.taste is not None:
             pointer = pointer + (self.taste(x["user"]).unsqueeze(1) * self.item(x["cand_rows"])).sum(-1)
@@ -217,7 +224,9 @@ class NativePolicy:
     def create(
         cls, cfg: NativePolicyConfig, reward_model: RewardModel, catalogue: Catalogue, search_k: int
     ) -> NativePolicy:
-        feat = Featurizer(reward_model, catalogue, cfg.max_candidates, cfg.max_k, cfg.personal_features)
+        feat = Featurizer(
+            reward_model, catalogue, cfg.max_candidates, cfg.max_k, cfg.personal_features, cfg.memory_skills
+        )
         return cls(NativeNet(cfg, feat.user_dim, len(catalogue)), feat, search_k)
 
     @property
@@ -287,6 +296,10 @@ class NativePolicy:
             "search_k": self.search_k,
         }
         (d / META).write_text(json.dumps(meta, indent=2) + "\n")
+        if self.featurizer.memory is not None:
+            from parpo.memory.store import save as save_memory
+
+            save_memory(self.featurizer.memory.graph, d / MEMORY, _user_ids(self.featurizer.reward_model))
 
     @classmethod
     def load(cls, directory: str | Path, reward_model: RewardModel, catalogue: Catalogue) -> NativePolicy:
@@ -306,7 +319,19 @@ class NativePolicy:
                 f"got {policy.net.n_items} and {policy.net.user_dim}"
             )
         policy.net.load_state_dict(load_file(str(d / WEIGHTS)))
+        if cfg.memory_skills and (d / MEMORY).is_dir():
+            from parpo.memory.policy_memory import PolicyMemory
+            from parpo.memory.store import load as load_memory
+
+            graph = load_memory(d / MEMORY, _user_ids(reward_model))
+            policy.featurizer.memory = PolicyMemory(graph, reward_model.user_index)
         return policy
+
+
+def _user_ids(reward_model: RewardModel) -> list[str]:
+    """The user id map in index order (the memory's users are its indices)."""
+    index = reward_model.user_index
+    return sorted(index, key=index.__getitem__)
 
 
 def _unwrap(module: nn.Module) -> nn.Module:

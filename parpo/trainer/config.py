@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
 from parpo.env.config import EnvConfig
+from parpo.memory.config import MemoryConfig
 from parpo.policy.config import NativePolicyConfig
 from parpo_core.config import RuntimeConfig, StrictModel
 
@@ -40,6 +41,8 @@ class PolicyTrainConfig(StrictModel):
     loss: LossConfig = LossConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainLoopConfig = TrainLoopConfig()
+    #: the skill graph memory, built and written back when ``policy.memory_skills`` > 0
+    memory: MemoryConfig = MemoryConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -69,6 +72,11 @@ class PolicyTrainConfig(StrictModel):
             raise ValueError(
                 f"policy.max_candidates ({self.policy.max_candidates}) must be at least env.search_k "
                 f"({self.env.search_k}): the pointer head has to see every candidate"
+            )
+        if self.policy.memory_skills > self.memory.k:
+            raise ValueError(
+                f"policy.memory_skills ({self.policy.memory_skills}) must be at most memory.k "
+                f"({self.memory.k}): the policy sees the skills one retrieval returns"
             )
         if self.policy.max_k < self.env.k:
             raise ValueError(f"policy.max_k ({self.policy.max_k}) must be at least env.k ({self.env.k})")

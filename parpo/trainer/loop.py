@@ -6,7 +6,9 @@ seeded generator), runs its shard's rollouts, computes advantages on its own gro
 G rollouts never straddle ranks), and steps a DDP-synchronised optimiser over the same number
 of minibatches; the anchors are updated from all-gathered per-user statistics, so they stay
 identical on every rank. Checkpoints carry the policy, the optimiser, the anchors, the update
-counter and every RNG state, so a resumed run continues exactly.
+counter and every RNG state, so a resumed run continues exactly. With ``policy.memory_skills``
+the skill graph memory (``parpo.memory``) feeds retrieved skills to the policy and takes every
+rank's episodes after each update (``memory/*`` metrics); it is kept in ``<run>/memory``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from parpo_core.errors import DataError
 from parpo_core.rng import rng_state, set_rng_state
 
 LAST = "last.ckpt"
+MEMORY = "memory"
 
 
 @dataclass
@@ -125,6 +128,7 @@ class PolicyTrainer:
         optimizers = fabric.setup_optimizers(*build_optimizers(policy.net, cfg.optim))
         optimizers = list(optimizers) if isinstance(optimizers, tuple) else [optimizers]
         reference = copy.deepcopy(policy.net).requires_grad_(False) if cfg.loss.kl_beta > 0 else None
+        memory = self._memory(policy, resume) if cfg.policy.memory_skills else None
         anchors = AnchorStore.from_config(cfg.advantage)
         if self.init is not None and self.init.anchors is not None:
             anchors.load_state_dict(self.init.anchors)
@@ -160,9 +164,8 @@ class PolicyTrainer:
             policy.net.eval()
             roll = collect(policy, env, mine, t.group_size, user_index, generator=state["sample_gen"])
             t1 = time.perf_counter()
-            adv, adv_metrics = compute_advantages(
-                roll.rewards, roll.group, roll.user, anchors.snapshot(), cfg.advantage
-            )
+            snap = anchors.snapshot()
+            adv, adv_metrics = compute_advantages(roll.rewards, roll.group, roll.user, snap, cfg.advantage)
             policy.net.train()
             loss_metrics = self._update(
                 fabric, policy, module, optimizers, reference, roll, adv, state["perm_gen"]
@@ -172,6 +175,18 @@ class PolicyTrainer:
                 roll.rewards[cfg.advantage.preference_key],
                 gather=all_gather_user_batch_stats if world > 1 else None,
             )
+            memory_metrics = {}
+            if memory is not None:  # the closed loop: this update's episodes into the memory
+                pref = cfg.advantage.preference_key
+                memory_metrics = memory.write_back(
+                    state["update"],
+                    env.episodes,
+                    roll.infos,
+                    roll.user.tolist(),
+                    roll.rewards[pref].tolist(),
+                    {"preference": (snap.mean.numpy(), snap.count.numpy())},
+                    gather=_all_gather_objects if world > 1 else None,
+                )
             t2 = time.perf_counter()
             metrics = {
                 **reward_metrics(roll.rewards),
@@ -180,6 +195,7 @@ class PolicyTrainer:
                 **loss_metrics,
                 **anchor_metrics,
                 **_anchor_distribution(anchors),
+                **memory_metrics,
                 "time/rollout_s": t1 - t0,
                 "time/update_s": t2 - t1,
                 "throughput/env_steps_per_s": roll.n_samples / max(t1 - t0, 1e-9),
@@ -187,6 +203,8 @@ class PolicyTrainer:
             metrics = {k: float(v) for k, v in metrics.items()}
             if world > 1:
                 metrics["anchors/rank_divergence"] = _anchor_divergence(fabric, anchors)
+                if memory is not None:
+                    metrics["memory/rank_divergence"] = _memory_divergence(fabric, memory)
                 metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
             state["update"] += 1
             metrics["update"] = state["update"]
@@ -195,6 +213,8 @@ class PolicyTrainer:
             if fabric.is_global_zero:
                 write_csv(history, logs)
             self._save(fabric, self.run / LAST, module, optimizers, anchors, state)
+            if memory is not None and fabric.is_global_zero:
+                _save_memory(memory, user_index, self.run / MEMORY)
             if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
                 self._save(
                     fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, state
@@ -287,6 +307,21 @@ class PolicyTrainer:
         lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         return {k: float(v) for k, v in lm.items()}
 
+    def _memory(self, policy: NativePolicy, resume: str | Path | None) -> Any:
+        """A fresh skill memory on the reward model's user map, or the run's (resuming)."""
+        from parpo.memory.graph import SkillGraph
+        from parpo.memory.policy_memory import PolicyMemory
+        from parpo.memory.store import load
+
+        index = self.source.reward_model.user_index
+        saved = self.run / MEMORY
+        if resume is not None and saved.is_dir():
+            graph = load(saved, sorted(index, key=index.__getitem__))
+        else:
+            graph = SkillGraph(self.cfg.memory)
+        policy.featurizer.memory = PolicyMemory(graph, index)
+        return policy.featurizer.memory
+
     # -- checkpoints ----------------------------------------------------------------------
     @staticmethod
     def _save(
@@ -332,6 +367,44 @@ class PolicyTrainer:
         state["sample_gen"].set_state(rng["sample_gen"])
         state["perm_gen"].set_state(rng["perm_gen"])
         set_rng_state(rng)
+
+
+def _save_memory(memory: Any, user_index: dict[str, int], dest: Path) -> None:
+    """The memory beside the checkpoint, replaced atomically (a resumed run reloads it)."""
+    from parpo.memory.store import save
+    from parpo_core.durable import publish_dir, temp_sibling
+
+    staging = temp_sibling(dest)
+    save(memory.graph, staging, sorted(user_index, key=user_index.__getitem__))
+    publish_dir(staging, dest, replace=True)
+
+
+def _all_gather_objects(items: list[Any]) -> list[Any]:
+    """Every rank's ``items`` concatenated in rank order (a collective call)."""
+    import torch.distributed as dist
+
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, items)
+    return [x for part in parts for x in part]
+
+
+def _memory_divergence(fabric: Any, memory: Any) -> float:
+    """Largest difference between ranks of a digest of the memory (0 when they agree, as they must)."""
+    g = memory.graph
+    live = g.skills.live()
+    digest = torch.tensor(
+        [
+            float(len(g)),
+            float(g.skills.next_sid),
+            float(g.skills.count[live].sum()),
+            float(g.skills.support[live].sum()),
+            float(sum(sum(row.values()) for row in g.user_skill.values())),
+        ],
+        dtype=torch.float64,
+        device=fabric.device,
+    )
+    every = fabric.all_gather(digest)
+    return float((every - every[0]).abs().max())
 
 
 def _anchor_divergence(fabric: Any, anchors: AnchorStore) -> float:

@@ -1,0 +1,1 @@
+"""PSGM: the preference-aligned skill graph memory (issue 21, docs/memory.md)."""

@@ -1,0 +1,65 @@
+"""The closed loop: a short training run writes its episodes into the memory, the policy sees
+retrieved skills, and the memory travels with the saved policy."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from parpo.memory.store import load
+from parpo.policy.native import MEMORY, NativePolicy
+from parpo.trainer.loop import PolicyTrainer
+from tests.plugins.policies import fast_config
+
+pytestmark = pytest.mark.integration
+
+
+def with_memory(updates: int):
+    cfg = fast_config(updates=updates)
+    policy = cfg.policy.model_copy(update={"memory_skills": 2})
+    return cfg.model_copy(update={"policy": policy})
+
+
+def test_training_grows_the_memory_deterministically_and_the_policy_carries_it(source, tmp_path):
+    res = PolicyTrainer(with_memory(3), source, tmp_path / "a").fit()
+    log = pl.read_csv(res.logs)
+    skills = log["memory/skills"].to_list()
+    assert skills == sorted(skills) and skills[-1] > 0  # no eviction at this size
+    assert log["memory/high_value"].sum() >= skills[-1]  # every skill came from a high-value episode
+    assert log["memory/hit_rate"].to_list()[0] == 0.0 and log["memory/hit_rate"].to_list()[-1] > 0
+    for k in ("memory/merged", "memory/communities_coarse", "memory/communities_fine"):
+        assert k in log.columns
+    again = PolicyTrainer(with_memory(3), source, tmp_path / "b").fit()
+    index = source.reward_model.user_index
+    ids = sorted(index, key=index.__getitem__)
+    a, b = load(tmp_path / "a" / "memory", ids), load(tmp_path / "b" / "memory", ids)
+    for name in ("skills", "used", "links", "trajectories"):
+        assert pl.read_parquet(tmp_path / "a" / "memory" / f"{name}.parquet").equals(
+            pl.read_parquet(tmp_path / "b" / "memory" / f"{name}.parquet")
+        ), name
+    assert len(a) == len(b) == skills[-1] and again.history[-1]["memory/skills"] == skills[-1]
+    # the saved policy carries its memory; loading it retrieves the same skills
+    res.policy.save(tmp_path / "policy")
+    assert (tmp_path / "policy" / MEMORY / "memory.json").is_file()
+    loaded = NativePolicy.load(tmp_path / "policy", source.reward_model, source.catalogue)
+    tasks = source.tasks("warm")[:8]
+    want = [[h.skill_id for h in hits] for hits in res.policy.featurizer.memory.retrieved(tasks)]
+    assert [[h.skill_id for h in hits] for hits in loaded.featurizer.memory.retrieved(tasks)] == want
+    x = loaded.featurizer.encode([o for o in source.env().reset(tasks)])
+    assert x["skills"].shape == (8, 2, 12) and x["skill_mask"].any()
+
+
+def test_two_ddp_ranks_write_back_the_same_memory(tiny_synth, published_reward, tmp_path):
+    import shutil
+
+    from tests.cli.test_policy import FAST, run
+
+    reg = tmp_path / "REG"
+    shutil.copytree(published_reward, reg)
+    res = run("policy", "train", "-d", str(tiny_synth), "-r", str(reg), "-o", str(tmp_path / "run"),
+              *FAST, "runtime.devices=2", "policy.memory_skills=2")  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = pl.read_csv(tmp_path / "run" / "logs" / "metrics.csv")
+    assert log["memory/rank_divergence"].to_list() == [0.0, 0.0]
+    assert log["memory/skills"].to_list()[-1] > 0
+    assert any((reg / "policy").glob("*/policy/memory/memory.json"))  # published with the policy

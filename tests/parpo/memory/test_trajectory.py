@@ -1,0 +1,29 @@
+import numpy as np
+
+from parpo.memory.trajectory import high_value, thresholds
+
+from .helpers import traj
+
+COMPONENTS = ("task_quality", "preference")
+
+
+def test_anchored_users_are_held_to_their_anchor_others_to_the_batch_quantile():
+    batch = [
+        traj("a", 0, "c", task=0.6, pref=0.7),  # user 0: anchor 0.5 on both
+        traj("b", 0, "c", task=0.6, pref=0.4),  # preference below the anchor
+        traj("c", 1, "c", task=0.9, pref=0.9),  # user 1: no anchor (count 0) -> quantiles
+        traj("d", 1, "c", task=0.1, pref=0.2),
+    ]
+    anchors = {c: (np.array([0.5, 0.5]), np.array([3, 0])) for c in COMPONENTS}
+    high, margin = high_value(batch, COMPONENTS, anchors, q=0.5)
+    # batch medians: task (0.6 + 0.6) / 2 = 0.6, preference (0.4 + 0.7) / 2 = 0.55
+    assert high.tolist() == [True, False, True, False]
+    np.testing.assert_allclose(margin, [0.15, 0.0, (0.3 + 0.35) / 2, (-0.5 - 0.35) / 2])
+
+
+def test_lower_threshold_is_the_anchor_or_the_low_quantile():
+    batch = [traj("a", 0, "c", task=0.0), traj("b", 0, "c", task=1.0), traj("c", 0, "c", task=2.0)]
+    r, upper, lower = thresholds(batch, COMPONENTS, None, q=0.75)
+    np.testing.assert_allclose(upper[:, 0], 1.5)
+    np.testing.assert_allclose(lower[:, 0], 0.5)
+    assert r.shape == (3, 2)
