@@ -17,10 +17,16 @@ user index, which only grows) are carried over by ``ANCHOR_MODES``:
            under the new reward moves its anchor halfway (warm-up rate 1 / (c + 1)), then at the
            EMA rate: re-based to the new reward's scale within a few updates
     reset  dropped: every user starts fresh
+
+The skill graph memory (``parpo.memory``), when the base policy has one, is carried as it is: the
+grown policy retrieves from the base's graph, and the warm-started run loads the base's saved
+memory on the new reward version's user map (returning users keep their index, new ones are
+appended) and keeps writing to it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -91,6 +97,10 @@ def grow(bundle: Any, reward_model: Any, catalogue: Catalogue) -> tuple[Any, int
                 "for the new reward version; retrain the reward model with the base's model settings"
             )
     policy.net.load_state_dict(out)
+    if base.featurizer.memory is not None:  # the same skills, read on the grown user map
+        from parpo.memory.policy_memory import PolicyMemory
+
+        policy.featurizer.memory = PolicyMemory(base.featurizer.memory.graph, reward_model.user_index)
     return policy, predicted
 
 
@@ -105,6 +115,16 @@ def carried_anchors(bundle: Any, mode: str) -> dict[str, Any] | None:
     if mode == "decay":
         state["count"] = state["count"].clamp(max=1)
     return state
+
+
+def carried_memory(bundle: Any) -> Path | None:
+    """The base policy's skill memory folder (``parpo.memory.store``), None when it has none: the
+    warm-started run loads it on the new reward version's user map, which extends the base's."""
+    from parpo.policy.bundle import POLICY_DIR
+    from parpo.policy.native import MEMORY
+
+    folder = bundle.version.path / POLICY_DIR / MEMORY
+    return folder if folder.is_dir() else None
 
 
 def per_task(env: Any, policy: Any, tasks: dict[str, list], seed: int) -> Any:

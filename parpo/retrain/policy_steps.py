@@ -32,7 +32,7 @@ def policy_candidate(reg, j: Journal, ds, policy: dict[str, Any], reward: str, s
     version (``parpo.retrain.policy``), a short run, published with the base as parent."""
     from parpo.env.source import EnvSource
     from parpo.policy.bundle import PolicyBundle
-    from parpo.retrain.policy import carried_anchors, grow
+    from parpo.retrain.policy import carried_anchors, carried_memory, grow
     from parpo.trainer.loop import PolicyInit
     from parpo.trainer.pipeline import train_and_publish
 
@@ -53,11 +53,14 @@ def policy_candidate(reg, j: Journal, ds, policy: dict[str, Any], reward: str, s
         warm = {"items_from_features": predicted, "anchors": policy["anchors"],
                 "anchor_users": 0 if anchors is None else int(anchors["user"].numel())}  # fmt: skip
         say(f"training the candidate policy from {bundle.version.label} ({cfg.train.updates} updates)")
+        memory = carried_memory(bundle)
+        carried = grown.featurizer.memory if memory is not None else None
+        warm["memory_skills"] = None if carried is None else int(carried.graph.skills.size)
         run = j.path / "policy-run"
         shutil.rmtree(run, ignore_errors=True)
         out = train_and_publish(
             cfg, ds.root, reg.root, reward_version=reward, run_dir=run, preset=f"retrain of {policy['base']}",
-            init=PolicyInit(grown.net.state_dict(), anchors), parent=policy["base"],
+            init=PolicyInit(grown.net.state_dict(), anchors, memory), parent=policy["base"],
             extra={"retrain_key": train_key, "warm_start": warm},
         )  # fmt: skip
         found = out.version.name

@@ -46,10 +46,13 @@ MEMORY = "memory"
 @dataclass
 class PolicyInit:
     """Where a warm-started run begins: the network's ``state`` (``NativeNet.state_dict`` for the
-    new catalogue) and the anchors' ``AnchorStore.state_dict`` (None: fresh anchors)."""
+    new catalogue), the anchors' ``AnchorStore.state_dict`` (None: fresh anchors) and the skill
+    memory's folder (``parpo.memory.store``; None: an empty memory), loaded on the new reward
+    model's user map, which must extend the memory's."""
 
     state: dict[str, torch.Tensor]
     anchors: dict[str, Any] | None = None
+    memory: Path | None = None
 
 
 @dataclass
@@ -308,7 +311,8 @@ class PolicyTrainer:
         return {k: float(v) for k, v in lm.items()}
 
     def _memory(self, policy: NativePolicy, resume: str | Path | None) -> Any:
-        """A fresh skill memory on the reward model's user map, or the run's (resuming)."""
+        """The run's skill memory (resuming), the warm start's, or a fresh one, on the reward
+        model's user map."""
         from parpo.memory.graph import SkillGraph
         from parpo.memory.policy_memory import PolicyMemory
         from parpo.memory.store import load
@@ -317,6 +321,8 @@ class PolicyTrainer:
         saved = self.run / MEMORY
         if resume is not None and saved.is_dir():
             graph = load(saved, sorted(index, key=index.__getitem__))
+        elif self.init is not None and self.init.memory is not None:
+            graph = load(self.init.memory, sorted(index, key=index.__getitem__))
         else:
             graph = SkillGraph(self.cfg.memory)
         policy.featurizer.memory = PolicyMemory(graph, index)

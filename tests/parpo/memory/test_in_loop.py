@@ -8,7 +8,7 @@ import pytest
 
 from parpo.memory.store import load
 from parpo.policy.native import MEMORY, NativePolicy
-from parpo.trainer.loop import PolicyTrainer
+from parpo.trainer.loop import PolicyInit, PolicyTrainer
 from tests.plugins.policies import fast_config
 
 pytestmark = pytest.mark.integration
@@ -47,6 +47,11 @@ def test_training_grows_the_memory_deterministically_and_the_policy_carries_it(s
     assert [[h.skill_id for h in hits] for hits in loaded.featurizer.memory.retrieved(tasks)] == want
     x = loaded.featurizer.encode([o for o in source.env().reset(tasks)])
     assert x["skills"].shape == (8, 2, 12) and x["skill_mask"].any()
+    # a warm start (``parpo retrain --policy``) carries the memory: the run starts from its skills
+    init = PolicyInit(res.policy.net.state_dict(), None, tmp_path / "policy" / MEMORY)
+    warm = PolicyTrainer(with_memory(1), source, tmp_path / "warm", init=init).fit()
+    assert warm.history[0]["memory/hit_rate"] > 0  # the first update already retrieves skills
+    assert warm.history[0]["memory/skills"] >= skills[-1]
 
 
 def test_two_ddp_ranks_write_back_the_same_memory(tiny_synth, published_reward, tmp_path):
