@@ -51,6 +51,8 @@ from parpo_core.artefacts.errors import RegistryError
 from reward_models.artefact_kind import KIND
 
 REFERENCE_ITEMS = 4096
+#: Pairs gathered at a time by ``RewardModel.score`` (bounds its memory to a few MiB per branch).
+SCORE_BLOCK = 1 << 16
 # metadata ``model_version`` this code scores (absent: 1). Version 2 (hybrid features, impression
 # negatives) publishes the same composed vectors, so both read alike.
 MODEL_VERSIONS = (1, 2)
@@ -275,8 +277,11 @@ class RewardModel:
             profiles = {u: p for u, p in zip(user_ids, profiles, strict=True)}
         uv, ucold = self.user_vectors(uniq, profiles)
         row = torch.tensor(_positions(uniq, user_ids), dtype=torch.int64)
-        iv, icold = self.item_vectors(item_ids)
-        s = {b: (uv[b][row] * iv[b]).sum(-1) for b in self.branches}
+        items = list(dict.fromkeys(item_ids))
+        iv, icold_u = self.item_vectors(items)
+        col = torch.tensor(_positions(items, item_ids), dtype=torch.int64)
+        icold = icold_u[col.numpy()]
+        s = {b: _pair_dots(uv[b], row, iv[b], col) for b in self.branches}
         interest = s["interest"].numpy()
         conformity = s["conformity"].numpy() if self.disentangled else np.zeros_like(interest)
         cu = ucold[row.numpy()] if len(user_ids) else np.zeros(0, dtype=bool)
@@ -353,6 +358,15 @@ class RewardModel:
 
 def _mean(v: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
     return v[seen].mean(0) if bool(seen.any()) else torch.zeros(v.shape[1])
+
+
+def _pair_dots(u: torch.Tensor, row: torch.Tensor, v: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """[N] dot products ``u[row[k]] . v[col[k]]`` (u [U, d], v [I, d]), gathered ``SCORE_BLOCK`` pairs
+    at a time: a catalogue-wide batch of pairs never holds two [N, d] copies at once."""
+    out = torch.empty(row.numel(), dtype=u.dtype)
+    for s in range(0, row.numel(), SCORE_BLOCK):
+        out[s : s + SCORE_BLOCK] = (u[row[s : s + SCORE_BLOCK]] * v[col[s : s + SCORE_BLOCK]]).sum(-1)
+    return out
 
 
 def _positions(uniq: list[str], ids: Sequence[str]) -> list[int]:

@@ -80,6 +80,21 @@ def test_score_matrix_is_score_on_every_pair(rm):
     assert m["cold_item"].tolist() == [False, False, False, False, True, True]
 
 
+def test_score_gathers_pairs_a_block_at_a_time_with_the_same_values(rm, monkeypatch):
+    """Many pairs over few distinct items (a catalogue-wide batch): blocks of 7 pairs give every
+    value and flag of one block."""
+    import reward_models.readout as readout
+
+    users = [u for u in ("ua", "ub", "nobody") for _ in range(10)]
+    items = [[*ITEMS, "zz"][k % 6] for k in range(30)]
+    whole = rm.score(users, items)
+    monkeypatch.setattr(readout, "SCORE_BLOCK", 7)
+    blocked = rm.score(users, items)
+    for k, v in whole.items():
+        np.testing.assert_array_equal(blocked[k], v, err_msg=k)
+    assert blocked["cold_item"].sum() == 10  # i4 and zz, five pairs each
+
+
 def test_preference_reward(rm):
     # ua's interest over the reference items i0..i3: 1, .5, 0, -1
     r = rm.preference_reward(["ua", "ua", "ua", "ua", "ub"], [["i0"], ["i3"], ["i0", "i3"], [], ["i4"]])
