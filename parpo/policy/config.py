@@ -28,3 +28,8 @@ class NativePolicyConfig(StrictModel):
         "interest and conformity z-scores, scored flag) to its features; false for the ablation "
         "(policies saved before the option existed load with false)",
     )
+    value_head: bool = Field(
+        False,
+        description="a value head on the state token (one value per step) for the value-based estimators; "
+        "set by the trainer when advantage.estimator is one of them (policies saved before it load without)",
+    )
