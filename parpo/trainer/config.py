@@ -28,11 +28,18 @@ class TrainLoopConfig(StrictModel):
         4, ge=1, description="gradient-accumulation chunks per minibatch, by candidate count (less padding)"
     )
     max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
-    order: Literal["joint", "actor_then_critic"] = Field(
+    order: Literal["joint", "actor_then_critic", "single_rollout"] = Field(
         "joint",
         description="joint: the critic (value-based estimators) is fitted on the same minibatches as the "
         "actor; actor_then_critic (PACT): the actor's epochs first, then the critic's, on the rollouts "
-        "reweighted by the updated actor's importance ratio",
+        "reweighted by the updated actor's importance ratio; single_rollout (SAO): as joint, with the "
+        "rollouts collected in a background thread while the trainer updates (staleness max_staleness)",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="single_rollout: update u trains on rollouts of the weights after max(0, u - max_staleness) "
+        "updates (0: synchronous)",
     )
     checkpoint_every: int = Field(0, ge=0, description="also keep update-<N>.ckpt every N updates (0: off)")
     progress_bar: bool = Field(True, description="show a progress bar over updates")
@@ -99,6 +106,8 @@ class PolicyTrainConfig(StrictModel):
                 f"value.estimator ({self.value.estimator}) differs from advantage.estimator ({est}); "
                 "set advantage.estimator only"
             )
+        if self.train.order == "single_rollout" and self.runtime.devices > 1:
+            raise ValueError("train.order single_rollout runs on one process (runtime.devices=1)")
         # frozen models: set once, during validation
         object.__setattr__(self, "value", self.value.model_copy(update={"estimator": est}))
         object.__setattr__(self, "policy", self.policy.model_copy(update={"value_head": True}))

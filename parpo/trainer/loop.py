@@ -33,14 +33,17 @@ from parpo.algorithms import (
     compute_advantages,
     compute_loss,
 )
+from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
+from parpo.env.tasks import Task
 from parpo.policy.native import NativePolicy
 from parpo.trainer.checkpoint import load_checkpoint, save_checkpoint
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.critic import CriticTargets, critic_weights, value_credit
 from parpo.trainer.metrics import anchor_distribution, anchor_divergence, reward_metrics, rollout_report
-from parpo.trainer.rollout import Rollouts, collect, shaping_components
+from parpo.trainer.rollout import Rollouts, shaping_components
+from parpo.trainer.rollout_queue import RolloutQueue, SyncRollouts
 from parpo_core.errors import DataError
 
 LAST = "last.ckpt"
@@ -161,71 +164,129 @@ class PolicyTrainer:
         logs = self.run / "logs" / "metrics.csv"
         history = read_csv(logs, state["update"]) if resume is not None else []
         bar = _bar(t.updates, state["update"], enabled=t.progress_bar and rank == 0)
-        while state["update"] < t.updates:
-            t0 = time.perf_counter()
+
+        def draw() -> list[Task]:
             picks = state["task_rng"].choice(
                 len(tasks), size=t.tasks_per_update, replace=len(tasks) < t.tasks_per_update
             )
-            mine = [tasks[i] for i in picks[rank::world]]
-            policy.net.eval()
-            roll = collect(policy, env, mine, t.group_size, user_index, generator=state["sample_gen"])
-            if cfg.shaping is not None:
-                roll.rewards.update(shaping_components(roll.infos, cfg.shaping))
-            t1 = time.perf_counter()
-            critic = None
-            if cfg.value_based:
-                sample_adv, adv_metrics, critic = value_credit(module, policy.temperature, roll, anchors, cfg)
-            else:
-                adv, adv_metrics = compute_advantages(
-                    roll.rewards, roll.group, roll.user, anchors.snapshot(), cfg.advantage
+            return [tasks[i] for i in picks[rank::world]]
+
+        rollouts = self._rollouts(policy, env, draw, user_index, state)
+        try:
+            while state["update"] < t.updates:
+                self._one_update(
+                    fabric, policy, module, optimizers, reference, anchors, rollouts, state, history, logs
                 )
-                sample_adv = adv.to(roll.tokens.device)[roll.episode]
-            policy.net.train()
-            joint = critic if t.order == "joint" else None
-            loss_metrics = self._update(
-                fabric, policy, module, optimizers, reference, roll, sample_adv, state["perm_gen"], joint
-            )
-            if critic is not None and t.order == "actor_then_critic":
-                loss_metrics |= self._critic_after_actor(
-                    fabric, policy, module, optimizers, roll, critic, state["perm_gen"]
-                )
-            anchor_metrics = anchors.update(
-                roll.user,
-                roll.rewards[cfg.advantage.preference_key],
-                gather=all_gather_user_batch_stats if world > 1 else None,
-            )
-            t2 = time.perf_counter()
-            metrics = {
-                **reward_metrics(roll.rewards),
-                **rollout_report(roll.infos),
-                **adv_metrics,
-                **loss_metrics,
-                **anchor_metrics,
-                **anchor_distribution(anchors),
-                "time/rollout_s": t1 - t0,
-                "time/update_s": t2 - t1,
-                "throughput/env_steps_per_s": roll.n_samples / max(t1 - t0, 1e-9),
-            }
-            metrics = {k: float(v) for k, v in metrics.items()}
-            if world > 1:
-                metrics["anchors/rank_divergence"] = anchor_divergence(fabric, anchors)
-                metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
-            state["update"] += 1
-            metrics["update"] = state["update"]
-            fabric.log_dict(metrics, step=state["update"])
-            history.append(metrics)
-            if fabric.is_global_zero:
-                write_csv(history, logs)
-            save_checkpoint(fabric, self.run / LAST, module, optimizers, anchors, state)
-            if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
-                save_checkpoint(
-                    fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, state
-                )
-            bar(metrics)
+                bar(history[-1])
+        finally:
+            rollouts.close()
         bar(None)
         for logger in fabric.loggers:
             logger.finalize("success")
         return TrainResult(policy, anchors, logs, history, fabric.is_global_zero, list(fabric.loggers))
+
+    def _rollouts(
+        self,
+        policy: NativePolicy,
+        env: Any,
+        draw: Any,
+        user_index: dict[str, int],
+        state: dict[str, Any],
+    ) -> SyncRollouts | RolloutQueue:
+        t = self.cfg.train
+        if t.order != "single_rollout":
+            return SyncRollouts(policy, env, draw, t.group_size, user_index, state["sample_gen"])
+        queue = RolloutQueue(
+            policy,
+            env,
+            draw,
+            t.group_size,
+            user_index,
+            state["sample_gen"],
+            lag=t.max_staleness,
+            first=state["update"],
+            last=t.updates,
+            task_rng=state["task_rng"],
+        )
+        queue.publish(state["update"], policy.net)
+        return queue
+
+    def _one_update(
+        self,
+        fabric: Any,
+        policy: NativePolicy,
+        module: Any,
+        optimizers: list[Any],
+        reference: Any,
+        anchors: AnchorStore,
+        rollouts: SyncRollouts | RolloutQueue,
+        state: dict[str, Any],
+        history: list[dict[str, float]],
+        logs: Path,
+    ) -> None:
+        """Rollouts -> advantages -> actor (and critic) epochs -> anchors -> log -> checkpoint."""
+        cfg, t = self.cfg, self.cfg.train
+        world = fabric.world_size
+        batch = rollouts.next(state["update"])
+        roll = batch.roll
+        policy.net.eval()  # the critic's values as the policy acts
+        if cfg.shaping is not None:
+            roll.rewards.update(shaping_components(roll.infos, cfg.shaping))
+        t1 = time.perf_counter()
+        critic = None
+        if cfg.value_based:
+            sample_adv, adv_metrics, critic = value_credit(module, policy.temperature, roll, anchors, cfg)
+        else:
+            adv, adv_metrics = compute_advantages(
+                roll.rewards, roll.group, roll.user, anchors.snapshot(), cfg.advantage
+            )
+            sample_adv = adv.to(roll.tokens.device)[roll.episode]
+        policy.net.train()
+        joint = critic if t.order != "actor_then_critic" else None
+        loss_metrics = self._update(
+            fabric, policy, module, optimizers, reference, roll, sample_adv, state["perm_gen"], joint
+        )
+        if critic is not None and t.order == "actor_then_critic":
+            loss_metrics |= self._critic_after_actor(
+                fabric, policy, module, optimizers, roll, critic, state["perm_gen"]
+            )
+        anchor_metrics = anchors.update(
+            roll.user,
+            roll.rewards[cfg.advantage.preference_key],
+            gather=all_gather_user_batch_stats if world > 1 else None,
+        )
+        t2 = time.perf_counter()
+        metrics = {
+            **reward_metrics(roll.rewards),
+            **rollout_report(roll.infos),
+            **adv_metrics,
+            **loss_metrics,
+            **anchor_metrics,
+            **anchor_distribution(anchors),
+            "time/rollout_s": batch.collect_s,
+            "time/update_s": t2 - t1,
+            "throughput/env_steps_per_s": roll.n_samples / max(batch.collect_s, 1e-9),
+        }
+        if t.order == "single_rollout":
+            metrics["queue/staleness"] = state["update"] - batch.version
+            metrics["queue/wait_s"] = batch.wait_s
+        metrics = {k: float(v) for k, v in metrics.items()}
+        if world > 1:
+            metrics["anchors/rank_divergence"] = anchor_divergence(fabric, anchors)
+            metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
+        state["update"] += 1
+        rollouts.publish(state["update"], module)
+        metrics["update"] = state["update"]
+        fabric.log_dict(metrics, step=state["update"])
+        history.append(metrics)
+        if fabric.is_global_zero:
+            write_csv(history, logs)
+        ckpt = rollouts.checkpoint_state(state)
+        save_checkpoint(fabric, self.run / LAST, module, optimizers, anchors, ckpt)
+        if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
+            save_checkpoint(
+                fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, ckpt
+            )
 
     def _critic_after_actor(
         self,
@@ -312,7 +373,9 @@ class PolicyTrainer:
                     for k, v in part.items():  # losses add up; other metrics: sample-weighted mean
                         share = 1.0 if k in ("loss", "critic/loss") else c.numel() / mb.numel()
                         lm[k] = lm.get(k, 0.0) + v * share
-                if cfg.train.max_grad_norm is not None:
+                if cfg.train.max_grad_norm is not None and cfg.value_based:
+                    lm |= _clip_apart(module, cfg.train.max_grad_norm)
+                elif cfg.train.max_grad_norm is not None:
                     for opt in optimizers:
                         lm["grad_norm"] = float(
                             fabric.clip_gradients(module, opt, max_norm=cfg.train.max_grad_norm)
@@ -372,6 +435,24 @@ class PolicyTrainer:
             lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         fabric.backward(loss)
         return {k: float(v) for k, v in lm.items()}
+
+
+def _clip_apart(module: Any, max_norm: float) -> dict[str, float]:
+    """Clip the policy's and the value head's gradients each to ``max_norm``: a large critic
+    gradient must not shrink the actor's step (one joint norm would couple them)."""
+    named = list(module.named_parameters())
+    actor = [p for n, p in named if not _is_critic(n) and p.grad is not None]
+    critic = [p for n, p in named if _is_critic(n) and p.grad is not None]
+    out = {}
+    if actor:
+        out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(actor, max_norm))
+    if critic:
+        out["critic/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(critic, max_norm))
+    return out
+
+
+def _is_critic(name: str) -> bool:
+    return f".{CRITIC_PREFIX}." in f".{name}"  # Fabric's wrapper may prefix the names
 
 
 def _bar(total: int, start: int, *, enabled: bool) -> Any:

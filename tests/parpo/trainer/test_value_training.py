@@ -54,6 +54,7 @@ def test_each_option_trains_without_nan_and_logs_its_components(source, tmp_path
 
 def test_actor_then_critic_fits_the_critic_with_the_updated_actors_ratio(source, tmp_path, monkeypatch):
     import parpo.trainer.loop as loop
+    import parpo.trainer.rollout_queue as rq
     from parpo.trainer.critic import critic_weights
 
     seen = {}
@@ -63,14 +64,14 @@ def test_actor_then_critic_fits_the_critic_with_the_updated_actors_ratio(source,
         return critic_weights(new_logp, old_logp, mask, episode, n_episodes, cap)
 
     rolls = []
-    real_collect = loop.collect
+    real_collect = rq.collect
 
     def keep(*a, **kw):
         rolls.append(real_collect(*a, **kw))
         return rolls[-1]
 
     monkeypatch.setattr(loop, "critic_weights", spy)
-    monkeypatch.setattr(loop, "collect", keep)
+    monkeypatch.setattr(rq, "collect", keep)
     res = PolicyTrainer(_config("pact", "train.updates=1"), source, tmp_path / "run").fit()
     roll = rolls[-1]
     # The critic's phase never moves the policy (the value head reads a detached state), so the
@@ -98,3 +99,57 @@ def test_a_value_run_resumes_exactly(source, tmp_path):
     assert any(k.startswith("value_head.") for k in a)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+
+
+def test_single_rollout_with_no_staleness_is_the_synchronous_loop(source, tmp_path):
+    """The queue's batches depend on their weights' version and the generators, never on thread
+    timing: with max_staleness 0 the overlapped loop is the joint one, bit for bit."""
+    sync = PolicyTrainer(_config("sao", "train.updates=3"), source, tmp_path / "a").fit()
+    queued = _config("sao", "train.updates=3", "train.order=single_rollout", "train.max_staleness=0")
+    res = PolicyTrainer(queued, source, tmp_path / "b").fit()
+    a, b = sync.policy.net.state_dict(), res.policy.net.state_dict()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+    assert [m["queue/staleness"] for m in res.history] == [0, 0, 0]
+
+
+def test_single_rollout_staleness_is_bounded_logged_and_reproducible(source, tmp_path):
+    cfg = _config("sao", "train.updates=4", "train.order=single_rollout", "train.max_staleness=2")
+    one = PolicyTrainer(cfg, source, tmp_path / "a").fit()
+    two = PolicyTrainer(cfg, source, tmp_path / "b").fit()
+    assert [m["queue/staleness"] for m in one.history] == [0, 1, 2, 2]
+    log = pl.read_csv(one.logs)
+    assert {"queue/wait_s", "critic/loss", "actor/pg/clipfrac"} <= set(log.columns)
+    a, b = one.policy.net.state_dict(), two.policy.net.state_dict()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+
+
+def test_single_rollout_resumes_with_the_right_task_stream(source, tmp_path, monkeypatch):
+    """A checkpoint holds the generators as they were before the next batch, not as the thread
+    left them: the resumed run draws the same tasks as the straight one."""
+    import parpo.trainer.rollout_queue as rq
+    from parpo.trainer.loop import LAST
+
+    drawn: list[list[str]] = []
+    real_collect = rq.collect
+
+    def keep(policy, env, tasks, *a, **kw):
+        drawn.append([t.task_id for t in tasks])
+        return real_collect(policy, env, tasks, *a, **kw)
+
+    monkeypatch.setattr(rq, "collect", keep)
+    cfg = _config("sao", "train.updates=3", "train.order=single_rollout")
+    straight = PolicyTrainer(cfg, source, tmp_path / "a").fit()
+    straight_tasks, drawn[:] = list(drawn), []
+    PolicyTrainer(
+        _config("sao", "train.updates=1", "train.order=single_rollout"), source, tmp_path / "b"
+    ).fit()
+    first, drawn[:] = list(drawn), []
+    resumed = PolicyTrainer(cfg, source, tmp_path / "b").fit(resume=tmp_path / "b" / LAST)
+    # the 1-update run's thread stopped after its one batch; the resumed run draws batches 2 and 3
+    assert first == straight_tasks[:1] and drawn == straight_tasks[1:]
+    assert [m["update"] for m in resumed.history] == [1, 2, 3]
+    # the batch after the resume is collected with the resumed (fresher) weights: staleness 0
+    assert [m["queue/staleness"] for m in straight.history] == [0, 1, 1]
+    assert [m["queue/staleness"] for m in resumed.history] == [0, 0, 1]
