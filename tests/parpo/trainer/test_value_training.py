@@ -29,7 +29,7 @@ def _config(preset: str, *extra: str):
     [
         ("gae", ("critic/loss", "critic/explained_variance", "returns/mean")),
         ("turn_gae", ("critic/loss", "turn/count_mean")),
-        ("sao", ("critic/loss", "gae/lambda_mean", "actor/pg/clipfrac")),
+        ("sao", ("critic/loss", "gae/lambda_mean", "actor/pg/clipfrac", "queue/staleness")),
         ("pact", ("critic/loss", "critic/is_weight_mean", "critic/target_clamped_frac")),
         ("shaped", ("reward/task/overlong/mean", "reward/task/invalid_call/mean", "task/overlong/adv_mean")),
     ],
@@ -104,7 +104,7 @@ def test_a_value_run_resumes_exactly(source, tmp_path):
 def test_single_rollout_with_no_staleness_is_the_synchronous_loop(source, tmp_path):
     """The queue's batches depend on their weights' version and the generators, never on thread
     timing: with max_staleness 0 the overlapped loop is the joint one, bit for bit."""
-    sync = PolicyTrainer(_config("sao", "train.updates=3"), source, tmp_path / "a").fit()
+    sync = PolicyTrainer(_config("sao", "train.updates=3", "train.order=joint"), source, tmp_path / "a").fit()
     queued = _config("sao", "train.updates=3", "train.order=single_rollout", "train.max_staleness=0")
     res = PolicyTrainer(queued, source, tmp_path / "b").fit()
     a, b = sync.policy.net.state_dict(), res.policy.net.state_dict()
