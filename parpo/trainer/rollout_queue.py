@@ -73,8 +73,8 @@ class SyncRollouts:
 
 
 class RolloutQueue:
-    """``next()`` returns batches ``first, first + 1, ... last - 1`` in order; ``publish(v, state)``
-    hands the thread the weights of version ``v``; ``close()`` stops it. ``draw()`` picks one
+    """``next(b)`` returns batches ``first, first + 1, ... last - 1`` in order; ``publish(v, module)``
+    hands the thread the weights of version ``v`` (a copy); ``close()`` stops it. ``draw()`` picks one
     batch's tasks (the caller's seeded task generator; called in the thread only)."""
 
     def __init__(
@@ -172,7 +172,7 @@ class RolloutQueue:
                     self._policy, self._env, self._draw(), self._g, self._users, generator=self._gen
                 )
                 item: Batch | BaseException = Batch(b, version, roll, time.perf_counter() - t0, 0.0)
-            except BaseException as e:  # re-raised by get() in the trainer's thread
+            except BaseException as e:  # re-raised by next() in the trainer's thread
                 item = e
             with self._cond:
                 self._ready[b] = item
