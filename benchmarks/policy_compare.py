@@ -330,7 +330,7 @@ def _variants(rows: list[dict[str, Any]]) -> list[str]:
             out.append(
                 f"{algo} [{tag}] | " + " | ".join(_ms([r[part][m] for r in mine.values()]) for m in ms)
             )
-            for base in ALGOS:
+            for base in dict.fromkeys((*ALGOS, algo)):  # and the variant's own algorithm
                 by = {
                     r["seed"]: r
                     for r in rows
