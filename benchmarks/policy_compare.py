@@ -124,6 +124,7 @@ def one_run(
         over += ["env.tasks.per_user_eval=8", "env.tasks.max_eval=100000"]
     over += variant[1] if variant else []
     cfg = load(PolicyTrainConfig, "policy", algo if algo in OPTIONS else "default", over)
+    g = cfg.train.group_size  # a variant may override it
     src = EnvSource.load(data, reg, cfg=cfg.env)
     transform: Any = None
     group_of: Any = None  # user id -> breakdown label
