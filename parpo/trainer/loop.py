@@ -3,8 +3,10 @@ components (+ clipped shaping penalties) -> advantage -> PPO epochs -> anchors.
 
 The advantage is group-relative (``ADVANTAGES``: parpo, gdpo, ...) or value-based
 (``VALUE_ESTIMATORS``: gae, turn_gae, skip_obs_gae, pact; ``parpo.trainer.critic``): the policy's
-value head is then fitted on the same minibatches as the actor (``train.order: joint``) or after
-the actor's epochs on the rollouts reweighted by the updated actor's ratio (``actor_then_critic``).
+value head is then fitted on the same minibatches as the actor (``train.order: joint``), after
+the actor's epochs on the rollouts reweighted by the updated actor's ratio (``actor_then_critic``),
+or as in ``joint`` with the rollouts collected in a background thread, a bounded number of updates
+stale (``single_rollout``, ``parpo.trainer.rollout_queue``).
 
 One process or DDP (``runtime.devices``): every rank draws the same global task sample (one
 seeded generator), runs its shard's rollouts, computes advantages on its own groups (a task's
