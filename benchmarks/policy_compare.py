@@ -8,6 +8,12 @@ in all, 2 PPO epochs x 4 minibatches = 128 optimiser steps); at G = 2 the same r
 steps (``tasks_per_update=256``). Only ``advantage.estimator`` differs between algorithms; the
 seed (``runtime.seed``) sets the initial weights, task draws and sampling.
 
+Issue 23's options (``--algos gae turn_gae sao pact shaped``, each run from its own preset with the
+same budget overrides; ``sao`` at G = 1 with 512 tasks per update, so the same rollouts) are
+reported next to PARPO as ``option − parpo`` paired by seed, with rollout throughput
+(``samples_per_s``: median env steps per second of rollout time) and rollouts per second of the
+whole run (``rollouts_per_s``, critic and updates included).
+
 Settings (data and reward model built once per dataset in ``--workdir`` and reused):
   synthetic-g8, synthetic-g2  the synthetic default (``parpo data synth``), G = 8 / 2
   hetero   synthetic, G = 8: preference -> a_u * preference + N(0, 0.1^2), a_u in {0.1, 1, 10}
@@ -57,6 +63,10 @@ from parpo.env.transforms import HeteroScale, LevelDrift  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "policy_compare.jsonl"
 SHARED = ROOT.parent / "shared" / "data"  # the real datasets, read in place
 ALGOS = ("parpo", "gdpo", "grpo")
+#: Issue 23's options, each its own ``policy`` preset (value-based estimators with a critic, and
+#: PARPO with shaping penalties); ``sao`` runs one rollout per task (G = 1, the same rollouts).
+OPTIONS = ("gae", "turn_gae", "sao", "pact", "shaped")
+G1_OPTIONS = ("sao",)
 SETTINGS = ("synthetic-g8", "synthetic-g2", "hetero", "drift", "ml100k", "amazon", "hetero-pool")
 G2_SETTINGS = ("synthetic-g2", "hetero-pool")
 POOL_USERS = 64
@@ -99,12 +109,12 @@ def one_run(
     from parpo.trainer.config import PolicyTrainConfig
     from parpo.trainer.loop import PolicyTrainer
 
-    g = 2 if setting in G2_SETTINGS else 8
+    g = 1 if algo in G1_OPTIONS else 2 if setting in G2_SETTINGS else 8
     over = [
         f"train.updates={UPDATES}",
         f"train.tasks_per_update={ROLLOUTS_PER_UPDATE // g}",
         f"train.group_size={g}",
-        f"advantage.estimator={algo}",
+        *([] if algo in OPTIONS else [f"advantage.estimator={algo}"]),
         f"runtime.seed={seed}",
         "runtime.threads=1",
         "runtime.device=cpu",
@@ -113,7 +123,8 @@ def one_run(
     if setting == "hetero-pool":
         over += ["env.tasks.per_user_eval=8", "env.tasks.max_eval=100000"]
     over += variant[1] if variant else []
-    cfg = load(PolicyTrainConfig, "policy", "default", over)
+    cfg = load(PolicyTrainConfig, "policy", algo if algo in OPTIONS else "default", over)
+    g = cfg.train.group_size  # a variant may override it
     src = EnvSource.load(data, reg, cfg=cfg.env)
     transform: Any = None
     group_of: Any = None  # user id -> breakdown label
@@ -146,6 +157,9 @@ def one_run(
             "minibatches": cfg.train.minibatches,
         },
         "train_seconds": round(train_s, 1),
+        # rollout throughput (env steps per second of rollout time) and whole-run rollouts per second
+        "samples_per_s": round(statistics.median(m["throughput/env_steps_per_s"] for m in hist), 1),
+        "rollouts_per_s": round(UPDATES * cfg.train.tasks_per_update * g / train_s, 1),
         "curves_csv": str(res.logs),
     }
     # Training curves (the transformed reward where there is a transform) at 25/50/75/100 %.
@@ -254,8 +268,8 @@ def summarise_results(path: Path) -> str:
                 n = here[0][part]["n_tasks"] if grp is None else here[0][part].get(grp, {}).get("n_tasks")
                 out.append(f"{title} ({n} tasks) | " + " | ".join(ms))
                 out.append("|".join(["---"] * (len(ms) + 1)))
-                by = {a: {r["seed"]: r for r in here if r["algo"] == a} for a in ALGOS}
-                for a in ALGOS:
+                by = {a: {r["seed"]: r for r in here if r["algo"] == a} for a in (*ALGOS, *OPTIONS)}
+                for a in (*ALGOS, *OPTIONS):
                     if by[a]:
                         cells = [_ms([get(r, m) for r in by[a].values()]) for m in ms]
                         out.append(f"{a} | " + " | ".join(cells))
@@ -267,11 +281,19 @@ def summarise_results(path: Path) -> str:
                             for m in ms
                         ]
                         out.append(f"parpo − {other} (paired, {len(seeds)} seeds) | " + " | ".join(cells))
+                for option in OPTIONS:
+                    seeds = sorted(set(by["parpo"]) & set(by[option]))
+                    if seeds:
+                        cells = [
+                            _ms([get(by[option][s], m) - get(by["parpo"][s], m) for s in seeds], sign=True)
+                            for m in ms
+                        ]
+                        out.append(f"{option} − parpo (paired, {len(seeds)} seeds) | " + " | ".join(cells))
                 out.append("")
         curves = [r for r in here if "curve_preference" in r]
         if curves:
             out.append("training preference reward at 25/50/75/100 % of updates (mean over seeds):")
-            for a in ALGOS:
+            for a in (*ALGOS, *OPTIONS):
                 cs = [r["curve_preference"] for r in curves if r["algo"] == a]
                 if cs:
                     out.append(
@@ -281,6 +303,14 @@ def summarise_results(path: Path) -> str:
             out.append(
                 f"- train seconds per run: median {statistics.median(secs):.0f} (min {min(secs):.0f}, max {max(secs):.0f})"
             )
+            for a in (*ALGOS, *OPTIONS):
+                mine = [r for r in here if r["algo"] == a and "samples_per_s" in r]
+                if mine:
+                    out.append(
+                        f"- {a}: env steps/s in rollouts {_ms([r['samples_per_s'] for r in mine])}, "
+                        f"rollouts/s over the run {_ms([r['rollouts_per_s'] for r in mine])}, "
+                        f"train s {_ms([r['train_seconds'] for r in mine])}"
+                    )
     out += _variants(rows)
     return "\n".join(out)
 
@@ -301,7 +331,7 @@ def _variants(rows: list[dict[str, Any]]) -> list[str]:
             out.append(
                 f"{algo} [{tag}] | " + " | ".join(_ms([r[part][m] for r in mine.values()]) for m in ms)
             )
-            for base in ALGOS:
+            for base in dict.fromkeys((*ALGOS, algo)):  # and the variant's own algorithm
                 by = {
                     r["seed"]: r
                     for r in rows
@@ -376,7 +406,7 @@ def main() -> None:
     ap.add_argument("--setting", choices=SETTINGS)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/policy-compare"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=(*ALGOS, *OPTIONS))
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--summarise", action="store_true", help="print the markdown tables of --results")
     ap.add_argument("--plot", type=Path, help="write the training curves per reward component (PNG)")

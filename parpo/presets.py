@@ -111,6 +111,8 @@ def validate(model: type[M], data: dict[str, Any], label: str) -> M:
             hint = difflib.get_close_matches(loc[-1], fields, n=1)
             did = f" (did you mean '{hint[0]}'?)" if hint else ""
             raise ConfigError(f"{label}: unknown key '{key}'{did}") from None
+        if not loc:  # a check across keys (a model validator): its message names the keys
+            raise ConfigError(f"{label}: {err['msg'].removeprefix('Value error, ')}") from None
         raise ConfigError(f"{label}: {key}: {err['msg']} (got {err.get('input')!r})") from None
 
 

@@ -71,6 +71,7 @@ def test_old_policy_version_acts(old: Path) -> None:
     bundle = PolicyBundle.load(old / "registry")
     # Saved before personal features existed: it keeps acting on the catalogue features only.
     assert not bundle.policy.net.cfg.personal_features
+    assert bundle.policy.net.value_head is None  # saved before value heads: loads without one
     user = sorted(bundle.reward_model.user_index)[0]
     per_task, _ = bundle.rollout(bundle.agent(0.0), [bundle.task("r1", user, Request(), k=5)])
     (slate,) = per_task["slate"].to_list()

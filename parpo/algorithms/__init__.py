@@ -3,7 +3,7 @@ functions in registries (``ADVANTAGES``, ``LOSSES``, ``AGGREGATIONS``, ``KL``), 
 credit (``VALUE_ESTIMATORS``), critic losses (``CRITIC_LOSSES``) and reward shaping. See
 ``docs/parpo-algorithms.md``."""
 
-from parpo.algorithms.advantages import ADVANTAGES, AdvantageFn, compute_advantages
+from parpo.algorithms.advantages import ADVANTAGES, AdvantageFn, compute_advantages, value_reward
 from parpo.algorithms.aggregation import AGGREGATIONS, AggregationFn
 from parpo.algorithms.anchor_io import load_anchors, save_anchors
 from parpo.algorithms.anchor_sync import all_gather_user_batch_stats, broadcast_anchors
@@ -66,5 +66,6 @@ __all__ = [
     "tis_weights",
     "turn_log_ratio",
     "user_batch_stats",
+    "value_reward",
     "whiten",
 ]

@@ -250,6 +250,50 @@ def parpo(
     return _finish(total, metrics, bool(cfg.whiten), cfg)
 
 
+def _anchor_terms(
+    anchors: AnchorSnapshot, user: Tensor, cfg: AdvantageConfig, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per rollout ``[B]``: whether the user's anchor is in use (``n_min`` updates), its baseline
+    ``mu_u - gamma sigma_u`` and its scale floor ``max(sigma_u, kappa (|mu_u| + sigma_u))``."""
+    mu, var, count = anchors.lookup(user)
+    mu, sigma = mu.to(dtype), var.to(dtype).clamp_min(0).sqrt()
+    return count >= cfg.n_min, mu - cfg.gamma * sigma, torch.maximum(sigma, cfg.kappa * (mu.abs() + sigma))
+
+
+def value_reward(
+    rewards: dict[str, Tensor], user: Tensor, anchors: AnchorSnapshot | None, cfg: AdvantageConfig
+) -> tuple[Tensor, dict[str, float]]:
+    """The one scalar reward ``[B]`` per rollout that the value-based estimators (``VALUE_ESTIMATORS``)
+    see under PARPO: the weighted task components plus the anchored preference::
+
+        R = sum_{k != pref} w_k r_k + w_pref * (r_pref - b_u) / s_u
+        b_u = mu_u - gamma * sigma_u,   s_u = max(sigma_u, kappa * (|mu_u| + sigma_u)) + eps
+
+    The user anchor alone sets ``b_u`` and ``s_u`` (the critic, not a group, is the baseline). Where
+    the user has fewer than ``n_min`` anchor updates, or ``anchors`` is None (anchors off), the
+    preference enters raw, so then ``R = sum_k w_k r_k``: the estimator's plain form.
+    Metrics: ``preference/frac_anchored``, ``value_reward/mean``, ``value_reward/std``.
+    """
+    dtype = _check(rewards, user, user, cfg)
+    pref = cfg.preference_key
+    plain = {k: r for k, r in rewards.items() if k != pref}
+    total = (
+        _weighted_total(plain, cfg, dtype)
+        if plain
+        else torch.zeros(user.shape, dtype=dtype, device=user.device)
+    )
+    metrics: dict[str, float] = {"preference/frac_anchored": 0.0}
+    if pref in rewards:
+        p = rewards[pref].to(dtype)
+        if anchors is not None:
+            ready, base, scale = _anchor_terms(anchors, user, cfg, dtype)
+            p = torch.where(ready, (p - base) / (scale + cfg.eps), p)
+            metrics["preference/frac_anchored"] = ready.to(dtype).mean().item()
+        total = total + _weight(cfg, pref) * p
+    _adv_metrics(metrics, "value_reward/mean", "value_reward/std", total)
+    return total, metrics
+
+
 def _anchored(
     plain: Tensor,
     st: GroupStats,
@@ -262,13 +306,9 @@ def _anchored(
     if anchors is None:
         metrics["preference/frac_anchored"] = 0.0
         return plain
-    mu, var, count = anchors.lookup(user)
-    mu, sigma = mu.to(plain.dtype), var.to(plain.dtype).clamp_min(0).sqrt()
-    ready = count >= cfg.n_min
-    anchor_base = mu - cfg.gamma * sigma
+    ready, anchor_base, anchor_scale = _anchor_terms(anchors, user, cfg, plain.dtype)
     # r - b = (r - mean_g) - max(0, anchor_base - mean_g): exact zero when the group mean binds.
     lift = (anchor_base - st.mean).clamp_min(0)
-    anchor_scale = torch.maximum(sigma, cfg.kappa * (mu.abs() + sigma))
     scale = torch.maximum(st.std, anchor_scale) + cfg.eps
     anchored = (st.centered - lift) / scale
     frac = ready.to(plain.dtype).mean()

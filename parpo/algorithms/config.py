@@ -82,6 +82,9 @@ class OptimConfig(StrictModel):
     muon: bool = Field(False, description="Muon for 2-D hidden weights, AdamW for the rest")
     muon_lr: float | None = Field(None, gt=0.0, description="None: same as lr (RMS matched to AdamW)")
     muon_momentum: float = Field(0.95, ge=0.0, lt=1.0, description="Muon momentum")
+    critic_lr: float | None = Field(
+        None, gt=0.0, description="AdamW learning rate of the value head (value_head.*); null: lr"
+    )
     adamw_name_patterns: tuple[str, ...] = Field(
         ("embed", "head", "unembed"),
         description="parameters whose name contains one of these stay on AdamW under Muon",
@@ -92,7 +95,9 @@ class ValueConfig(StrictModel):
     """Value-based credit (``VALUE_ESTIMATORS[cfg.estimator]``) and its critic (``CRITIC_LOSSES``)."""
 
     estimator: str = Field(
-        "gae", description="by name in VALUE_ESTIMATORS (gae, skip_obs_gae, turn_gae, pact)"
+        "gae",
+        description="by name in VALUE_ESTIMATORS (gae, skip_obs_gae, turn_gae, pact); in a policy config "
+        "advantage.estimator selects it",
     )
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount per action token (per turn for turn_gae)")
     lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda of the policy advantage")
@@ -111,6 +116,11 @@ class ValueConfig(StrictModel):
     critic_loss: str = Field("mse", description="by name in CRITIC_LOSSES (mse, bce)")
     is_cap: float = Field(
         2.0, gt=0.0, description="pact: critic importance weights are clipped to [0, is_cap]"
+    )
+    anchored: bool = Field(
+        True,
+        description="the preference reward enters as (r - b_u) / s_u against the user anchor (PARPO); "
+        "false: raw, the estimator's plain form",
     )
 
 

@@ -40,15 +40,22 @@ def split_params(
     return muon, adamw
 
 
+#: Parameters whose name starts with this are the critic's (``OptimConfig.critic_lr``).
+CRITIC_PREFIX = "value_head"
+
+
 def _adamw_groups(named: list[tuple[str, nn.Parameter]], cfg: OptimConfig) -> list[dict[str, object]]:
-    # No weight decay on biases and norm gains (1-D), the usual choice.
-    decay = [p for _, p in named if p.ndim >= 2]
-    no_decay = [p for _, p in named if p.ndim < 2]
     groups: list[dict[str, object]] = []
-    if decay:
-        groups.append({"params": decay, "weight_decay": cfg.weight_decay})
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0})
+    for critic in (False, True):
+        part = [(n, p) for n, p in named if n.startswith(CRITIC_PREFIX) == critic]
+        extra = {"lr": cfg.critic_lr} if critic and cfg.critic_lr is not None else {}
+        # No weight decay on biases and norm gains (1-D), the usual choice.
+        decay = [p for _, p in part if p.ndim >= 2]
+        no_decay = [p for _, p in part if p.ndim < 2]
+        if decay:
+            groups.append({"params": decay, "weight_decay": cfg.weight_decay, **extra})
+        if no_decay:
+            groups.append({"params": no_decay, "weight_decay": 0.0, **extra})
     return groups
 
 

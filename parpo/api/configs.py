@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
@@ -67,6 +67,10 @@ def _rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str,
                 (field.description or "").replace("|", "\\|"),
             )
         )
+        # an optional section (``X | None``, off by default): its keys when it is set
+        inner = [a for a in get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(inner) == 1:
+            out += _rows(inner[0], f"{prefix}{name}.")
     return out
 
 

@@ -1,4 +1,5 @@
-"""``parpo policy``: train agent policies with PARPO (or GDPO, GRPO, Dr. GRPO, RLOO), evaluate them
+"""``parpo policy``: train agent policies with PARPO (or GDPO, GRPO, Dr. GRPO, RLOO, or a critic:
+GAE, turn GAE, skip-observation GAE, PACT), evaluate them
 on held-out tasks next to the reference agents, and run batch inference.
 
 Heavy imports (torch, Lightning, polars) happen inside the commands.
@@ -30,13 +31,17 @@ Overrides = Annotated[
 
 def load_config(config: str, algo: str | None, group_size: int | None, overrides: list[str] | None):
     """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides)."""
-    from parpo.algorithms import ADVANTAGES
+    from parpo.algorithms import ADVANTAGES, VALUE_ESTIMATORS
     from parpo.presets import load
     from parpo.trainer.config import PolicyTrainConfig
+    from parpo_core.names import NameRegistry
 
     extra = []
     if algo is not None:
-        ADVANTAGES[algo]  # an unknown name is one error line naming the closest
+        known: NameRegistry[object] = NameRegistry("advantage estimator")
+        known.update(ADVANTAGES)
+        known.update(VALUE_ESTIMATORS)
+        known[algo]  # an unknown name is one error line naming the closest
         extra.append(f"advantage.estimator={algo}")
     if group_size is not None:
         extra.append(f"train.group_size={group_size}")
@@ -70,8 +75,9 @@ def train(
         typer.Option(
             "--algo",
             "-a",
-            help="Advantage estimator by its registered name (default: the config's, parpo); "
-            "a wrong name lists the known ones.",
+            help="Advantage estimator by its registered name (default: the config's, parpo): group-relative "
+            "(parpo, gdpo, grpo, dr_grpo, rloo) or value-based with a critic (gae, turn_gae, skip_obs_gae, "
+            "pact); a wrong name lists the known ones.",
         ),
     ] = None,
     group_size: Annotated[

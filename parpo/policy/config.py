@@ -35,3 +35,8 @@ class NativePolicyConfig(StrictModel):
         description="retrieved skills the policy sees as extra tokens (parpo.memory; needs the trainer's "
         "memory); 0: no memory tokens, the network of policies saved before the option existed",
     )
+    value_head: bool = Field(
+        False,
+        description="a value head on the state token (one value per step) for the value-based estimators; "
+        "set by the trainer when advantage.estimator is one of them (policies saved before it load without)",
+    )

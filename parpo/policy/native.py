@@ -106,9 +106,14 @@ class NativeNet(nn.Module):
         # A direct user x item term: taste is an interaction the pointer should not have to
         # rediscover through attention alone.
         self.taste = nn.Linear(user_dim, d, bias=False) if cfg.item_embeddings else None
+        # Created last, so the policy's own weights draw the same initial values with or without it.
+        self.value_head = (
+            nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1)) if cfg.value_head else None
+        )
 
     def logits(self, x: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Head logits: tool [B, 3], strategy [B, S], scope [B, 2], constrain [B, 2], pointer [B, N]."""
+        """Head logits: tool [B, 3], strategy [B, S], scope [B, 2], constrain [B, 2], pointer [B, N];
+        with ``cfg.value_head`` also ``value`` [B] (the critic's raw output for the step's state)."""
         # Compute over the batch's longest candidate list only (first steps have none).
         n = int(x["cand_mask"].sum(1).max()) if x["cand_mask"].numel() else 0
         x = {
@@ -139,18 +144,32 @@ class NativeNet(nn.Module):
         pointer = (self.query(s).unsqueeze(1) * self.key(c)).sum(-1) / math.sqrt(s.shape[-1])
         if self.item is not None and self.taste is not None:
             pointer = pointer + (self.taste(x["user"]).unsqueeze(1) * self.item(x["cand_rows"])).sum(-1)
-        return {
+        out = {
             "tool": self.tool_head(s),
             "strategy": self.strategy_head(s),
             "scope": self.scope_head(s),
             "constrain": self.constrain_head(s),
             "pointer": pointer,
         }
+        if self.value_head is not None:
+            # Stop-gradient: the critic reads the policy's state but never moves the policy, so a
+            # critic update leaves the actor's distribution exactly as it was (actor_then_critic).
+            out["value"] = self.value_head(s.detach()).squeeze(-1)
+        return out
 
     def forward(
         self, x: dict[str, Tensor], tokens: Tensor, temperature: float = 1.0
     ) -> tuple[Tensor, Tensor, Tensor]:
         return token_logprobs(self.logits(x), x, tokens, temperature)
+
+    def forward_value(
+        self, x: dict[str, Tensor], tokens: Tensor, temperature: float = 1.0
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``forward`` plus the value head's output [B] (an error without a value head)."""
+        logits = self.logits(x)
+        if "value" not in logits:
+            raise ValueError("this policy has no value head (policy.value_head is false)")
+        return (*token_logprobs(logits, x, tokens, temperature), logits["value"])
 
 
 def token_mask(x: dict[str, Tensor], tokens: Tensor) -> Tensor:

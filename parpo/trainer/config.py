@@ -4,11 +4,11 @@ and the training loop. ``parpo policy train --algo gdpo --group-size 2`` and dot
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
+from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig, ShapingConfig, ValueConfig
 from parpo.env.config import EnvConfig
 from parpo.memory.config import MemoryConfig
 from parpo.policy.config import NativePolicyConfig
@@ -29,6 +29,19 @@ class TrainLoopConfig(StrictModel):
         4, ge=1, description="gradient-accumulation chunks per minibatch, by candidate count (less padding)"
     )
     max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
+    order: Literal["joint", "actor_then_critic", "single_rollout"] = Field(
+        "joint",
+        description="joint: the critic (value-based estimators) is fitted on the same minibatches as the "
+        "actor; actor_then_critic (PACT): the actor's epochs first, then the critic's, on the rollouts "
+        "reweighted by the updated actor's importance ratio; single_rollout (SAO): as joint, with the "
+        "rollouts collected in a background thread while the trainer updates (staleness max_staleness)",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="single_rollout: update u trains on rollouts of the weights after max(0, u - max_staleness) "
+        "updates (0: synchronous)",
+    )
     checkpoint_every: int = Field(0, ge=0, description="also keep update-<N>.ckpt every N updates (0: off)")
     progress_bar: bool = Field(True, description="show a progress bar over updates")
 
@@ -43,6 +56,12 @@ class PolicyTrainConfig(StrictModel):
     train: TrainLoopConfig = TrainLoopConfig()
     #: the skill graph memory, built and written back when ``policy.memory_skills`` > 0
     memory: MemoryConfig = MemoryConfig()
+    value: ValueConfig = Field(
+        ValueConfig(), description="value-based credit and critic (when advantage.estimator names one)"
+    )
+    shaping: ShapingConfig | None = Field(
+        None, description="clipped penalties for over-long episodes and invalid calls (null: none)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -64,6 +83,55 @@ class PolicyTrainConfig(StrictModel):
             # The generation budget of one step: every decision slot plus a full slate of pointers.
             loss = self.loss.model_copy(update={"norm_len": HEAD + self.policy.max_k})
             object.__setattr__(self, "loss", loss)  # frozen: set once, during validation
+        return self
+
+    @property
+    def value_based(self) -> bool:
+        """Whether ``advantage.estimator`` names a value-based estimator (a critic is trained)."""
+        from parpo.algorithms.gae import VALUE_ESTIMATORS
+
+        return self.advantage.estimator in VALUE_ESTIMATORS
+
+    @model_validator(mode="after")
+    def _critic(self) -> PolicyTrainConfig:
+        """``advantage.estimator`` is the one selector: a value-based name turns on the value head
+        and becomes ``value.estimator``."""
+        est = self.advantage.estimator
+        if not self.value_based:
+            if self.train.order != "joint":
+                raise ValueError(
+                    f"train.order {self.train.order} fits a critic: it needs a value-based "
+                    f"advantage.estimator (gae, skip_obs_gae, turn_gae, pact), not {est}"
+                )
+            return self
+        if "estimator" in self.value.model_fields_set and self.value.estimator != est:
+            raise ValueError(
+                f"value.estimator ({self.value.estimator}) differs from advantage.estimator ({est}); "
+                "set advantage.estimator only"
+            )
+        if self.train.order == "single_rollout" and self.runtime.devices > 1:
+            raise ValueError("train.order single_rollout runs on one process (runtime.devices=1)")
+        if self.train.order == "single_rollout" and self.policy.memory_skills:
+            # the rollout thread would retrieve from the graph while the trainer writes to it
+            raise ValueError(
+                "train.order single_rollout does not take the skill memory (policy.memory_skills=0)"
+            )
+        # frozen models: set once, during validation
+        object.__setattr__(self, "value", self.value.model_copy(update={"estimator": est}))
+        object.__setattr__(self, "policy", self.policy.model_copy(update={"value_head": True}))
+        return self
+
+    @model_validator(mode="after")
+    def _shaping_weights(self) -> PolicyTrainConfig:
+        """Explicit advantage weights name every component: the shaping penalties get weight 1
+        (they are clipped already) unless the config weighs them."""
+        if self.shaping is None or not self.advantage.weights:
+            return self
+        from parpo.algorithms.shaping import INVALID_CALL, OVERLONG
+
+        names = [INVALID_CALL, *([OVERLONG] if self.shaping.max_len is not None else [])]
+        weights = {**{k: 1.0 for k in names}, **self.advantage.weights}
+        object.__setattr__(self, "advantage", self.advantage.model_copy(update={"weights": weights}))
         return self
 
     @model_validator(mode="after")

@@ -1,5 +1,12 @@
 """The PARPO training loop on ``lightning_fabric``: tasks -> G rollouts per task -> reward
-components -> advantage (``ADVANTAGES[cfg.advantage.estimator]``) -> PPO epochs -> anchors.
+components (+ clipped shaping penalties) -> advantage -> PPO epochs -> anchors.
+
+The advantage is group-relative (``ADVANTAGES``: parpo, gdpo, ...) or value-based
+(``VALUE_ESTIMATORS``: gae, turn_gae, skip_obs_gae, pact; ``parpo.trainer.critic``): the policy's
+value head is then fitted on the same minibatches as the actor (``train.order: joint``), after
+the actor's epochs on the rollouts reweighted by the updated actor's ratio (``actor_then_critic``),
+or as in ``joint`` with the rollouts collected in a background thread, a bounded number of updates
+stale (``single_rollout``, ``parpo.trainer.rollout_queue``).
 
 One process or DDP (``runtime.devices``): every rank draws the same global task sample (one
 seeded generator), runs its shard's rollouts, computes advantages on its own groups (a task's
@@ -14,9 +21,8 @@ rank's episodes after each update (``memory/*`` metrics); it is kept in ``<run>/
 from __future__ import annotations
 
 import copy
-import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +30,25 @@ import numpy as np
 import torch
 
 from parpo.algorithms import (
+    CRITIC_LOSSES,
     AnchorStore,
     all_gather_user_batch_stats,
     build_optimizers,
     compute_advantages,
     compute_loss,
 )
+from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
+from parpo.env.tasks import Task
 from parpo.policy.native import NativePolicy
+from parpo.trainer.checkpoint import load_checkpoint, save_checkpoint
 from parpo.trainer.config import PolicyTrainConfig
-from parpo.trainer.metrics import reward_metrics, rollout_report
-from parpo.trainer.rollout import Rollouts, collect
+from parpo.trainer.critic import CriticTargets, critic_weights, value_credit
+from parpo.trainer.metrics import anchor_distribution, anchor_divergence, reward_metrics, rollout_report
+from parpo.trainer.rollout import Rollouts, shaping_components
+from parpo.trainer.rollout_queue import RolloutQueue, SyncRollouts
 from parpo_core.errors import DataError
-from parpo_core.rng import rng_state, set_rng_state
 
 LAST = "last.ckpt"
 MEMORY = "memory"
@@ -74,7 +85,9 @@ def _fabric(cfg: PolicyTrainConfig, run: Path) -> Any:
     loggers = trackers(cfg.runtime, run, "parpo-policy", cfg.model_dump(mode="json"))
     rt = cfg.runtime
     accelerator = "auto" if rt.device == "auto" else rt.device
-    strategy = "ddp" if rt.devices > 1 else "auto"
+    # The critic's phase of actor_then_critic leaves the policy's weights without gradients.
+    ddp = "ddp_find_unused_parameters_true" if cfg.value_based else "ddp"
+    strategy = ddp if rt.devices > 1 else "auto"
     return Fabric(accelerator=accelerator, devices=rt.devices, strategy=strategy, loggers=loggers)
 
 
@@ -128,6 +141,8 @@ class PolicyTrainer:
         if self.init is not None:  # a warm start (parpo.retrain.policy); a resume overrides it below
             policy.net.load_state_dict(self.init.state)
         module = fabric.setup_module(policy.net)
+        if cfg.value_based:
+            module.mark_forward_method("forward_value")
         optimizers = fabric.setup_optimizers(*build_optimizers(policy.net, cfg.optim))
         optimizers = list(optimizers) if isinstance(optimizers, tuple) else [optimizers]
         reference = copy.deepcopy(policy.net).requires_grad_(False) if cfg.loss.kl_beta > 0 else None
@@ -153,80 +168,196 @@ class PolicyTrainer:
             "update": 0,
         }
         if resume is not None:
-            self._load(fabric, Path(resume), module, optimizers, anchors, state)
+            load_checkpoint(fabric, Path(resume), module, optimizers, anchors, state)
         t = cfg.train
         logs = self.run / "logs" / "metrics.csv"
         history = read_csv(logs, state["update"]) if resume is not None else []
         bar = _bar(t.updates, state["update"], enabled=t.progress_bar and rank == 0)
-        while state["update"] < t.updates:
-            t0 = time.perf_counter()
+
+        def draw() -> list[Task]:
             picks = state["task_rng"].choice(
                 len(tasks), size=t.tasks_per_update, replace=len(tasks) < t.tasks_per_update
             )
-            mine = [tasks[i] for i in picks[rank::world]]
-            policy.net.eval()
-            roll = collect(policy, env, mine, t.group_size, user_index, generator=state["sample_gen"])
-            t1 = time.perf_counter()
-            snap = anchors.snapshot()
-            adv, adv_metrics = compute_advantages(roll.rewards, roll.group, roll.user, snap, cfg.advantage)
-            policy.net.train()
-            loss_metrics = self._update(
-                fabric, policy, module, optimizers, reference, roll, adv, state["perm_gen"]
-            )
-            anchor_metrics = anchors.update(
-                roll.user,
-                roll.rewards[cfg.advantage.preference_key],
-                gather=all_gather_user_batch_stats if world > 1 else None,
-            )
-            memory_metrics = {}
-            if memory is not None:  # the closed loop: this update's episodes into the memory
-                pref = cfg.advantage.preference_key
-                memory_metrics = memory.write_back(
-                    state["update"],
-                    env.episodes,
-                    roll.infos,
-                    roll.user.tolist(),
-                    roll.rewards[pref].tolist(),
-                    {"preference": (snap.mean.numpy(), snap.count.numpy())},
-                    gather=_all_gather_objects if world > 1 else None,
+            return [tasks[i] for i in picks[rank::world]]
+
+        rollouts = self._rollouts(policy, env, draw, user_index, state)
+        try:
+            while state["update"] < t.updates:
+                self._one_update(
+                    fabric,
+                    policy,
+                    module,
+                    optimizers,
+                    reference,
+                    anchors,
+                    rollouts,
+                    state,
+                    history,
+                    logs,
+                    memory,
                 )
-            t2 = time.perf_counter()
-            metrics = {
-                **reward_metrics(roll.rewards),
-                **rollout_report(roll.infos),
-                **adv_metrics,
-                **loss_metrics,
-                **anchor_metrics,
-                **_anchor_distribution(anchors),
-                **memory_metrics,
-                "time/rollout_s": t1 - t0,
-                "time/update_s": t2 - t1,
-                "throughput/env_steps_per_s": roll.n_samples / max(t1 - t0, 1e-9),
-            }
-            metrics = {k: float(v) for k, v in metrics.items()}
-            if world > 1:
-                metrics["anchors/rank_divergence"] = _anchor_divergence(fabric, anchors)
-                if memory is not None:
-                    metrics["memory/rank_divergence"] = _memory_divergence(fabric, memory)
-                metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
-            state["update"] += 1
-            metrics["update"] = state["update"]
-            fabric.log_dict(metrics, step=state["update"])
-            history.append(metrics)
-            if fabric.is_global_zero:
-                write_csv(history, logs)
-            self._save(fabric, self.run / LAST, module, optimizers, anchors, state)
-            if memory is not None and fabric.is_global_zero:
-                _save_memory(memory, user_index, self.run / MEMORY)
-            if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
-                self._save(
-                    fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, state
-                )
-            bar(metrics)
+                bar(history[-1])
+        finally:
+            rollouts.close()
         bar(None)
         for logger in fabric.loggers:
             logger.finalize("success")
         return TrainResult(policy, anchors, logs, history, fabric.is_global_zero, list(fabric.loggers))
+
+    def _rollouts(
+        self,
+        policy: NativePolicy,
+        env: Any,
+        draw: Any,
+        user_index: dict[str, int],
+        state: dict[str, Any],
+    ) -> SyncRollouts | RolloutQueue:
+        t = self.cfg.train
+        if t.order != "single_rollout":
+            return SyncRollouts(policy, env, draw, t.group_size, user_index, state["sample_gen"])
+        queue = RolloutQueue(
+            policy,
+            env,
+            draw,
+            t.group_size,
+            user_index,
+            state["sample_gen"],
+            lag=t.max_staleness,
+            first=state["update"],
+            last=t.updates,
+            task_rng=state["task_rng"],
+        )
+        queue.publish(state["update"], policy.net)
+        return queue
+
+    def _one_update(
+        self,
+        fabric: Any,
+        policy: NativePolicy,
+        module: Any,
+        optimizers: list[Any],
+        reference: Any,
+        anchors: AnchorStore,
+        rollouts: SyncRollouts | RolloutQueue,
+        state: dict[str, Any],
+        history: list[dict[str, float]],
+        logs: Path,
+        memory: Any = None,
+    ) -> None:
+        """Rollouts -> advantages -> actor (and critic) epochs -> anchors -> memory write-back ->
+        log -> checkpoint."""
+        cfg, t = self.cfg, self.cfg.train
+        world = fabric.world_size
+        batch = rollouts.next(state["update"])
+        roll = batch.roll
+        policy.net.eval()  # the critic's values as the policy acts
+        if cfg.shaping is not None:
+            roll.rewards.update(shaping_components(roll.infos, cfg.shaping))
+        t1 = time.perf_counter()
+        critic = None
+        snap = anchors.snapshot()  # before this update's rewards move them: the write-back's thresholds
+        if cfg.value_based:
+            sample_adv, adv_metrics, critic = value_credit(module, policy.temperature, roll, anchors, cfg)
+        else:
+            adv, adv_metrics = compute_advantages(roll.rewards, roll.group, roll.user, snap, cfg.advantage)
+            sample_adv = adv.to(roll.tokens.device)[roll.episode]
+        policy.net.train()
+        joint = critic if t.order != "actor_then_critic" else None
+        loss_metrics = self._update(
+            fabric, policy, module, optimizers, reference, roll, sample_adv, state["perm_gen"], joint
+        )
+        if critic is not None and t.order == "actor_then_critic":
+            loss_metrics |= self._critic_after_actor(
+                fabric, policy, module, optimizers, roll, critic, state["perm_gen"]
+            )
+        anchor_metrics = anchors.update(
+            roll.user,
+            roll.rewards[cfg.advantage.preference_key],
+            gather=all_gather_user_batch_stats if world > 1 else None,
+        )
+        memory_metrics = {}
+        if memory is not None:  # the closed loop: this update's episodes into the memory
+            memory_metrics = memory.write_back(
+                state["update"],
+                batch.episodes,
+                roll.infos,
+                roll.user.tolist(),
+                roll.rewards[cfg.advantage.preference_key].tolist(),
+                {"preference": (snap.mean.numpy(), snap.count.numpy())},
+                gather=_all_gather_objects if world > 1 else None,
+            )
+        t2 = time.perf_counter()
+        metrics = {
+            **reward_metrics(roll.rewards),
+            **rollout_report(roll.infos),
+            **adv_metrics,
+            **loss_metrics,
+            **anchor_metrics,
+            **anchor_distribution(anchors),
+            **memory_metrics,
+            "time/rollout_s": batch.collect_s,
+            "time/update_s": t2 - t1,
+            "throughput/env_steps_per_s": roll.n_samples / max(batch.collect_s, 1e-9),
+        }
+        if t.order == "single_rollout":
+            metrics["queue/staleness"] = state["update"] - batch.version
+            metrics["queue/wait_s"] = batch.wait_s
+        metrics = {k: float(v) for k, v in metrics.items()}
+        if world > 1:
+            metrics["anchors/rank_divergence"] = anchor_divergence(fabric, anchors)
+            if memory is not None:
+                metrics["memory/rank_divergence"] = _memory_divergence(fabric, memory)
+            metrics = {k: float(v) for k, v in fabric.all_reduce(metrics, reduce_op="mean").items()}
+        state["update"] += 1
+        rollouts.publish(state["update"], module)
+        metrics["update"] = state["update"]
+        fabric.log_dict(metrics, step=state["update"])
+        history.append(metrics)
+        if fabric.is_global_zero:
+            write_csv(history, logs)
+        ckpt = rollouts.checkpoint_state(state)
+        save_checkpoint(fabric, self.run / LAST, module, optimizers, anchors, ckpt)
+        if memory is not None and fabric.is_global_zero:
+            _save_memory(memory, self.source.reward_model.user_index, self.run / MEMORY)
+        if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
+            save_checkpoint(
+                fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, ckpt
+            )
+
+    def _critic_after_actor(
+        self,
+        fabric: Any,
+        policy: NativePolicy,
+        module: Any,
+        optimizers: list[Any],
+        roll: Rollouts,
+        critic: CriticTargets,
+        perm_gen: torch.Generator,
+    ) -> dict[str, float]:
+        """PACT's second phase: the critic fitted to the rollouts reweighted by the *updated*
+        actor's importance ratio (``critic_weights``), so it tracks the policy that acts next."""
+        policy.net.eval()
+        with torch.no_grad():
+            new_logp = module(roll.inputs, roll.tokens, policy.temperature)[0]
+        policy.net.train()
+        w = critic_weights(
+            new_logp, roll.old_logp, roll.mask, roll.episode, len(roll.infos), self.cfg.value.is_cap
+        )
+        out = self._update(
+            fabric,
+            policy,
+            module,
+            optimizers,
+            None,
+            roll,
+            None,
+            perm_gen,
+            replace(critic, weights=w),
+            "critic/",
+        )
+        out["critic/is_weight_mean"] = float(w.mean())
+        out["critic/is_weight_capped_frac"] = float((w >= self.cfg.value.is_cap).float().mean())
+        return out
 
     def _update(
         self,
@@ -236,13 +367,15 @@ class PolicyTrainer:
         optimizers: list[Any],
         reference: Any,
         roll: Rollouts,
-        adv: torch.Tensor,
+        sample_adv: torch.Tensor | None,
         perm_gen: torch.Generator,
+        critic: CriticTargets | None = None,
+        prefix: str = "actor/",
     ) -> dict[str, float]:
         """``ppo_epochs`` passes over the rollouts in ``minibatches`` equal-count chunks per rank
-        (every rank steps the same number of times, as DDP needs)."""
+        (every rank steps the same number of times, as DDP needs). ``sample_adv`` [N] or [N, T]:
+        the actor's advantages (None: the critic only); ``critic``: also fit the value head."""
         cfg = self.cfg
-        sample_adv = adv.to(roll.tokens.device)[roll.episode]
         ref_logp = None
         if reference is not None:
             with torch.no_grad():
@@ -262,11 +395,23 @@ class PolicyTrainer:
                 for j, c in enumerate(chunks):
                     with fabric.no_backward_sync(module, enabled=j < len(chunks) - 1):
                         part = self._loss(
-                            fabric, module, policy, roll, c, sample_adv, ref_logp, n_tokens, mb.numel()
+                            fabric,
+                            module,
+                            policy,
+                            roll,
+                            c,
+                            sample_adv,
+                            ref_logp,
+                            n_tokens,
+                            mb.numel(),
+                            critic,
                         )
-                    for k, v in part.items():  # the loss adds up; other metrics: sample-weighted mean
-                        lm[k] = lm.get(k, 0.0) + v * (1.0 if k == "loss" else c.numel() / mb.numel())
-                if cfg.train.max_grad_norm is not None:
+                    for k, v in part.items():  # losses add up; other metrics: sample-weighted mean
+                        share = 1.0 if k in ("loss", "critic/loss") else c.numel() / mb.numel()
+                        lm[k] = lm.get(k, 0.0) + v * share
+                if cfg.train.max_grad_norm is not None and cfg.value_based:
+                    lm |= _clip_apart(module, cfg.train.max_grad_norm)
+                elif cfg.train.max_grad_norm is not None:
                     for opt in optimizers:
                         lm["grad_norm"] = float(
                             fabric.clip_gradients(module, opt, max_norm=cfg.train.max_grad_norm)
@@ -277,7 +422,7 @@ class PolicyTrainer:
                 for k, v in lm.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 n += 1
-        return {f"actor/{k}": v / max(n, 1) for k, v in sums.items()}
+        return {(k if k.startswith("critic/") else prefix + k): v / max(n, 1) for k, v in sums.items()}
 
     def _loss(
         self,
@@ -286,28 +431,45 @@ class PolicyTrainer:
         policy: NativePolicy,
         roll: Rollouts,
         idx: torch.Tensor,
-        sample_adv: torch.Tensor,
+        sample_adv: torch.Tensor | None,
         ref_logp: torch.Tensor | None,
         n_tokens: torch.Tensor,
         n_seqs: int,
+        critic: CriticTargets | None = None,
     ) -> dict[str, float]:
-        """Backward of one micro-batch's share of the minibatch loss; its metrics."""
+        """Backward of one micro-batch's share of the minibatch loss (actor, critic or both); its metrics."""
         x = {k: v[idx] for k, v in roll.inputs.items()}
-        logp, ent, _ = module(x, roll.tokens[idx], policy.temperature)
         mask = roll.mask[idx]
-        loss, lm = compute_loss(
-            logp,
-            roll.old_logp[idx],
-            sample_adv[idx],
-            mask,
-            self.cfg.loss,
-            ref_logp=None if ref_logp is None else ref_logp[idx],
-            n_tokens=n_tokens,
-            n_seqs=n_seqs,
-        )
+        lm: dict[str, float] = {}
+        loss = torch.zeros((), device=mask.device)
+        if critic is not None:
+            logp, ent, _, v = module.forward_value(x, roll.tokens[idx], policy.temperature)
+            w = None if critic.weights is None else critic.weights[idx].unsqueeze(-1)
+            closs, cm = CRITIC_LOSSES[critic.loss](
+                v.unsqueeze(-1),
+                critic.target[idx].unsqueeze(-1),
+                torch.ones_like(v, dtype=torch.bool).unsqueeze(-1),
+                weights=w,
+                n_tokens=n_seqs,
+            )
+            loss, lm = loss + closs, lm | cm
+        else:
+            logp, ent, _ = module(x, roll.tokens[idx], policy.temperature)
+        if sample_adv is not None:
+            ploss, pm = compute_loss(
+                logp,
+                roll.old_logp[idx],
+                sample_adv[idx],
+                mask,
+                self.cfg.loss,
+                ref_logp=None if ref_logp is None else ref_logp[idx],
+                n_tokens=n_tokens,
+                n_seqs=n_seqs,
+            )
+            loss, lm = loss + ploss, lm | pm
+            lm["loss"] = float(ploss.detach())
+            lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         fabric.backward(loss)
-        lm["loss"] = float(loss.detach())
-        lm["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         return {k: float(v) for k, v in lm.items()}
 
     def _memory(self, policy: NativePolicy, resume: str | Path | None) -> Any:
@@ -328,51 +490,19 @@ class PolicyTrainer:
         policy.featurizer.memory = PolicyMemory(graph, index)
         return policy.featurizer.memory
 
-    # -- checkpoints ----------------------------------------------------------------------
-    @staticmethod
-    def _save(
-        fabric: Any,
-        path: Path,
-        module: Any,
-        optimizers: list[Any],
-        anchors: AnchorStore,
-        state: dict[str, Any],
-    ) -> None:
-        fabric.save(
-            path,
-            {
-                "model": module,
-                **{f"optimizer{i}": o for i, o in enumerate(optimizers)},
-                "anchors": anchors.state_dict(),
-                "update": state["update"],
-                "rng": {
-                    # PCG64's 128-bit state as decimal strings: plain values, no pickled objects.
-                    "task_rng": json.dumps(state["task_rng"].bit_generator.state),
-                    "sample_gen": state["sample_gen"].get_state(),
-                    "perm_gen": state["perm_gen"].get_state(),
-                    **rng_state(),
-                },
-            },
-        )
 
-    @staticmethod
-    def _load(
-        fabric: Any,
-        path: Path,
-        module: Any,
-        optimizers: list[Any],
-        anchors: AnchorStore,
-        state: dict[str, Any],
-    ) -> None:
-        ckpt: dict[str, Any] = {"model": module, **{f"optimizer{i}": o for i, o in enumerate(optimizers)}}
-        rest = fabric.load(path, ckpt, strict=False)
-        anchors.load_state_dict(rest["anchors"])
-        state["update"] = int(rest["update"])
-        rng = rest["rng"]
-        state["task_rng"].bit_generator.state = json.loads(rng["task_rng"])
-        state["sample_gen"].set_state(rng["sample_gen"])
-        state["perm_gen"].set_state(rng["perm_gen"])
-        set_rng_state(rng)
+def _clip_apart(module: Any, max_norm: float) -> dict[str, float]:
+    """Clip the policy's and the value head's gradients each to ``max_norm``: a large critic
+    gradient must not shrink the actor's step (one joint norm would couple them)."""
+    named = list(module.named_parameters())
+    actor = [p for n, p in named if not _is_critic(n) and p.grad is not None]
+    critic = [p for n, p in named if _is_critic(n) and p.grad is not None]
+    out = {}
+    if actor:
+        out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(actor, max_norm))
+    if critic:
+        out["critic/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(critic, max_norm))
+    return out
 
 
 def _save_memory(memory: Any, user_index: dict[str, int], dest: Path) -> None:
@@ -413,29 +543,8 @@ def _memory_divergence(fabric: Any, memory: Any) -> float:
     return float((every - every[0]).abs().max())
 
 
-def _anchor_divergence(fabric: Any, anchors: AnchorStore) -> float:
-    """Largest difference between ranks of a digest of the anchors (0 when they agree, as they must)."""
-    snap = anchors.snapshot()
-    digest = torch.tensor(
-        [float(snap.mean.sum()), float(snap.var.sum()), float(snap.count.sum()), float(len(snap))],
-        dtype=torch.float64,
-        device=fabric.device,
-    )
-    every = fabric.all_gather(digest)
-    return float((every - every[0]).abs().max())
-
-
-def _anchor_distribution(anchors: AnchorStore) -> dict[str, float]:
-    snap = anchors.snapshot()
-    seen = snap.count > 0
-    if not bool(seen.any()):
-        return {}
-    mean, std = snap.mean[seen], snap.var[seen].clamp(min=0).sqrt()
-    return {
-        "anchors/mean_mu": float(mean.mean()),
-        "anchors/std_mu": float(mean.std(unbiased=False)),
-        "anchors/mean_sigma": float(std.mean()),
-    }
+def _is_critic(name: str) -> bool:
+    return f".{CRITIC_PREFIX}." in f".{name}"  # Fabric's wrapper may prefix the names
 
 
 def _bar(total: int, start: int, *, enabled: bool) -> Any:

@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
+
+from parpo.algorithms import AnchorStore
 
 #: Reported, never trained on (the environment's ``info``).
 REPORTED: tuple[str, ...] = ("hit@10", "ndcg@10", "task_quality", "true_preference")
@@ -34,3 +37,28 @@ def rollout_report(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
     out["report/steps"] = float(np.mean([i.get("steps", 0) for i in infos]))
     out["report/no_slate"] = float(np.mean([not i.get("slate") for i in infos]))
     return out
+
+
+def anchor_divergence(fabric: Any, anchors: AnchorStore) -> float:
+    """Largest difference between ranks of a digest of the anchors (0 when they agree, as they must)."""
+    snap = anchors.snapshot()
+    digest = torch.tensor(
+        [float(snap.mean.sum()), float(snap.var.sum()), float(snap.count.sum()), float(len(snap))],
+        dtype=torch.float64,
+        device=fabric.device,
+    )
+    every = fabric.all_gather(digest)
+    return float((every - every[0]).abs().max())
+
+
+def anchor_distribution(anchors: AnchorStore) -> dict[str, float]:
+    snap = anchors.snapshot()
+    seen = snap.count > 0
+    if not bool(seen.any()):
+        return {}
+    mean, std = snap.mean[seen], snap.var[seen].clamp(min=0).sqrt()
+    return {
+        "anchors/mean_mu": float(mean.mean()),
+        "anchors/std_mu": float(mean.std(unbiased=False)),
+        "anchors/mean_sigma": float(std.mean()),
+    }

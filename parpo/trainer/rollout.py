@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from parpo.algorithms import ShapingConfig, shaping_rewards
 from parpo.env.environment import BatchEnv
 from parpo.env.episodes import step_until_done
 from parpo.env.tasks import Task
@@ -87,3 +88,11 @@ def collect(
         user=torch.tensor([user_index[t.user_id] for t in episodes], dtype=torch.int64),
         infos=infos,
     )
+
+
+def shaping_components(infos: Sequence[dict[str, Any]], cfg: ShapingConfig) -> dict[str, Tensor]:
+    """The clipped shaping penalties ``[E]`` of each episode (``shaping_rewards``) from its final
+    info (``steps``, ``invalid``), as reward components to add to ``Rollouts.rewards``."""
+    length = torch.tensor([i.get("steps", 0) for i in infos], dtype=torch.float32)
+    invalid = torch.tensor([len(i.get("invalid", ())) for i in infos], dtype=torch.float32)
+    return shaping_rewards(length, invalid, cfg)

@@ -47,3 +47,13 @@ def test_muon_plus_adamw_step() -> None:
     for o in opts:
         o.step()
     assert not torch.equal(before, model.block[0].weight)
+
+
+def test_the_value_head_gets_its_own_learning_rate() -> None:
+    net = nn.ModuleDict({"body": nn.Linear(4, 4), "value_head": nn.Linear(4, 1)})
+    (adamw,) = build_optimizers(net, OptimConfig(lr=1e-3, critic_lr=1e-2))
+    lr = {id(p): g["lr"] for g in adamw.param_groups for p in g["params"]}
+    assert {lr[id(p)] for p in net["body"].parameters()} == {1e-3}
+    assert {lr[id(p)] for p in net["value_head"].parameters()} == {1e-2}
+    (same,) = build_optimizers(net, OptimConfig(lr=1e-3))
+    assert {g["lr"] for g in same.param_groups} == {1e-3}
