@@ -28,11 +28,22 @@ Overrides = Annotated[
 ]
 
 
-def load_config(config: str, algo: str | None, group_size: int | None, overrides: list[str] | None):
-    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides)."""
+def load_config(
+    config: str, algo: str | None, group_size: int | None, overrides: list[str] | None, backend: str = "native"
+):
+    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides);
+    ``backend`` llm reads it as an ``LLMTrainConfig`` (preset ``llm-tiny`` in place of ``default``)."""
     from parpo.algorithms import ADVANTAGES
+    from parpo.policy.backends import POLICY_BACKENDS
     from parpo.presets import load
-    from parpo.trainer.config import PolicyTrainConfig
+
+    POLICY_BACKENDS[backend]  # an unknown name is one error line naming the known ones
+    if backend == "llm":
+        from parpo.policy.llm.config import LLMTrainConfig as PolicyTrainConfig
+
+        config = "llm-tiny" if config == "default" else config
+    else:
+        from parpo.trainer.config import PolicyTrainConfig
 
     extra = []
     if algo is not None:
@@ -91,6 +102,19 @@ def train(
         bool,
         typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
     ] = False,
+    backend: Annotated[
+        str,
+        typer.Option("--backend", help="Policy backend: native (small transformer) or llm (a language model)."),
+    ] = "native",
+    model: Annotated[
+        Path | None, typer.Option("--model", help="llm: local Hugging Face model folder (policy.model).")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="llm: rollout engine, hf or vllm (policy.engine).")
+    ] = None,
+    lora: Annotated[
+        int | None, typer.Option("--lora", min=0, help="llm: LoRA rank, 0 for full fine-tuning (policy.lora.r).")
+    ] = None,
     logger: LoggerOpt = None,
     run_name: RunNameOpt = None,
     overrides: Overrides = None,
@@ -98,8 +122,17 @@ def train(
     """Train a policy on the reward version's split and publish it as a new `policy` version."""
     from parpo.api.train import publish_policy
     from parpo.cli.console import console, stdout_for_json
+    from parpo_core.errors import UserError
 
-    cfg = load_config(config, algo, group_size, [*(overrides or []), *tracker_overrides(logger, run_name)])
+    llm = {"policy.model": model, "policy.engine": engine, "policy.lora.r": lora}
+    given = [f"{k}={v}" for k, v in llm.items() if v is not None]
+    if given and backend != "llm":
+        raise UserError("--model, --engine and --lora are options of --backend llm")
+    if backend == "llm" and model is None:
+        raise UserError("--backend llm needs --model PATH (a local Hugging Face model folder)")
+    cfg = load_config(
+        config, algo, group_size, [*(overrides or []), *given, *tracker_overrides(logger, run_name)], backend
+    )
     with stdout_for_json(as_json):
         outcome = publish_policy(cfg, data, registry, reward_version, out, resume, config)
     if outcome is None:

@@ -34,6 +34,13 @@ def _native() -> type:
     return NativePolicy
 
 
+@POLICY_BACKENDS.register("llm")
+def _llm() -> type:
+    from parpo.policy.llm.policy import LLMPolicy
+
+    return LLMPolicy
+
+
 def policy_class(metadata: Mapping[str, Any]) -> type:
     """The class of the backend a policy version's ``metadata`` names (default ``native``)."""
     return POLICY_BACKENDS[metadata.get("backend") or DEFAULT_BACKEND]()
