@@ -29,7 +29,11 @@ Overrides = Annotated[
 
 
 def load_config(
-    config: str, algo: str | None, group_size: int | None, overrides: list[str] | None, backend: str = "native"
+    config: str,
+    algo: str | None,
+    group_size: int | None,
+    overrides: list[str] | None,
+    backend: str = "native",
 ):
     """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides);
     ``backend`` llm reads it as an ``LLMTrainConfig`` (preset ``llm-tiny`` in place of ``default``)."""
@@ -104,7 +108,9 @@ def train(
     ] = False,
     backend: Annotated[
         str,
-        typer.Option("--backend", help="Policy backend: native (small transformer) or llm (a language model)."),
+        typer.Option(
+            "--backend", help="Policy backend: native (small transformer) or llm (a language model)."
+        ),
     ] = "native",
     model: Annotated[
         Path | None, typer.Option("--model", help="llm: local Hugging Face model folder (policy.model).")
@@ -113,7 +119,8 @@ def train(
         str | None, typer.Option("--engine", help="llm: rollout engine, hf or vllm (policy.engine).")
     ] = None,
     lora: Annotated[
-        int | None, typer.Option("--lora", min=0, help="llm: LoRA rank, 0 for full fine-tuning (policy.lora.r).")
+        int | None,
+        typer.Option("--lora", min=0, help="llm: LoRA rank, 0 for full fine-tuning (policy.lora.r)."),
     ] = None,
     logger: LoggerOpt = None,
     run_name: RunNameOpt = None,

@@ -21,9 +21,11 @@ import torch
 from torch import Tensor
 
 from parpo.env.catalogue import Catalogue
+from parpo.env.environment import BatchEnv
 from parpo.env.observation import Call, Observation
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Recommend, action_to_json
+from parpo.env.tasks import Task
 from parpo.policy.base import ActOutput
 from parpo.policy.llm import model as lm
 from parpo.policy.llm.config import LLMPolicyConfig
@@ -33,6 +35,7 @@ from parpo.policy.llm.logprobs import pad_batch, token_logprobs
 from parpo.policy.llm.parse import parse_call
 from parpo.policy.llm.profile import Profiler
 from parpo.policy.llm.prompt import TOOL_ROLE, assistant_message
+from parpo.policy.slates import SlateDraws, episode_slates
 
 #: Episodes kept between two ``act`` calls (oldest dropped first; a dropped one is re-rendered).
 PENDING_LIMIT = 4096
@@ -183,6 +186,12 @@ class LLMPolicy:
         sel = torch.zeros_like(ids, dtype=torch.bool).scatter(1, cols, True) & inputs["mask"].to(dev)
         logp, ent = token_logprobs(self.model, ids, attn, sel, self.temperature)
         return logp.gather(1, cols), ent.gather(1, cols)
+
+    def sample_slates(self, env: BatchEnv, tasks: Sequence[Task], n: int, *,
+                      generator: Any = None) -> list[SlateDraws]:  # fmt: skip
+        """``n`` whole sampled episodes per task, in one batch (``episode_slates``): serving's
+        Monte-Carlo propensities count them."""
+        return episode_slates(self, env, tasks, n, generator=generator)
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:

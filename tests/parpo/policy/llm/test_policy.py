@@ -39,7 +39,10 @@ def test_rendering_matches_the_golden_files(llm_policy, hand_env) -> None:
     conv = llm_policy.conversations(obs)[0]
     _golden("after_search.txt", conv.prompt_text)
     # all six items are among the top 50 by interest: category a has 3, b 2; red 3 (a0 a1 b1), big 2
-    assert '"profile":{"top_categories":["a","b"],"top_attributes":["red","big"],"cold":false}' in first.prompt_text
+    assert (
+        '"profile":{"top_categories":["a","b"],"top_attributes":["red","big"],"cold":false}'
+        in first.prompt_text
+    )
     # the sequence decodes to the rendered text: the growing ids and the template agree
     decoded = llm_policy.tokenizer.decode(conv.ids, skip_special_tokens=False)
     assert decoded == conv.prompt_text
@@ -60,7 +63,9 @@ class Recording:
 
 def test_masks_cover_exactly_the_generated_tokens(llm_policy, hand_env) -> None:
     rec = llm_policy.engine = Recording(llm_policy.engine)
-    convs, _, infos = run_episodes(llm_policy, hand_env, hand_tasks(), generator=torch.Generator().manual_seed(0))
+    convs, _, infos = run_episodes(
+        llm_policy, hand_env, hand_tasks(), generator=torch.Generator().manual_seed(0)
+    )
     for c, info in zip(convs, infos, strict=True):
         expected_mask, pos = [False] * len(c.ids), 0
         # walk the episode: each generated turn starts where the sequence so far was its prompt
@@ -82,7 +87,9 @@ def test_trainer_logprobs_equal_the_engines_within_1e_5(llm_policy, hand_env) ->
 
     b = pad_batch(convs, llm_policy.pad_id)
     with torch.no_grad():
-        logp, ent = token_logprobs(llm_policy.model, b["ids"], b["attention"], b["mask"], llm_policy.temperature)
+        logp, ent = token_logprobs(
+            llm_policy.model, b["ids"], b["attention"], b["mask"], llm_policy.temperature
+        )
     assert int(b["mask"].sum()) > 10
     gap = (logp - b["rollout_logp"])[b["mask"]].abs().max().item()
     assert gap <= 1e-5
@@ -127,13 +134,17 @@ def test_short_ids_reach_the_env_as_items_and_the_episode_ends_with_a_slate(llm_
 
 
 def test_invalid_calls_are_recorded_by_the_env_until_the_step_limit(llm_policy, hand_env) -> None:
-    llm_policy.engine = ScriptedEngine(llm_policy.tokenizer, ["I think shoes", '{"tool": "dance"}', '{"tool":'])
+    llm_policy.engine = ScriptedEngine(
+        llm_policy.tokenizer, ["I think shoes", '{"tool": "dance"}', '{"tool":']
+    )
     _, rewards, infos = run_episodes(llm_policy, hand_env, hand_tasks()[:1])
     assert infos[0]["plan"] == "invalid>invalid>invalid" and infos[0]["slate"] == []
     assert len(infos[0]["invalid"]) == 3 and rewards["task/valid_calls"][0] == 0.0
 
 
-def test_a_tool_result_that_overflows_the_context_drops_the_lowest_ranked_candidates(llm_policy, hand_env) -> None:
+def test_a_tool_result_that_overflows_the_context_drops_the_lowest_ranked_candidates(
+    llm_policy, hand_env
+) -> None:
     llm_policy.engine = ScriptedEngine(llm_policy.tokenizer, ['{"tool": "search", "k": 6}'])
     obs = hand_env.reset(hand_tasks()[:1])
     prompt = llm_policy.start(obs)[0]

@@ -111,7 +111,10 @@ def test_lora_adapters_round_trip_and_a_different_base_is_one_line(tiny_llm, tmp
     w = load_file(str(base / "model.safetensors"))
     w["lm_head.weight"] = w["lm_head.weight"] + 1
     save_file(w, str(base / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(UserError, match=r"LoRA policy needs base model .*base with sha256 [0-9a-f]{64}, but .*base has sha256"):
+    with pytest.raises(
+        UserError,
+        match=r"LoRA policy needs base model .*base with sha256 [0-9a-f]{64}, but .*base has sha256",
+    ):
         LLMPolicy.load(tmp_path / "pol", HandUsers(), hand_catalogue())
     shutil.rmtree(base)
     with pytest.raises(UserError, match=r"base .* is missing"):
