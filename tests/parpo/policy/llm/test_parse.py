@@ -77,3 +77,21 @@ def test_first_object_skips_non_objects_and_broken_braces() -> None:
 def test_any_text_parses_to_an_action_or_a_string(text: str) -> None:
     out = parse_call(text, IDS)
     assert isinstance(out, Search | Filter | Recommend | str)
+
+
+def test_the_profile_names_the_top_categories_and_attributes_of_the_highest_interest_items() -> None:
+    import numpy as np
+
+    from parpo.policy.llm.profile import summarise, top_names
+
+    cat = hand_catalogue()  # rows a0 a1 a2 b0 b1 b2; HandReward's interest .2 .4 .6 .8 1 0
+    interest = np.array([0.2, 0.4, 0.6, 0.8, 1.0, 0.0])
+    scored = np.ones(6, dtype=bool)
+    # the two most interesting items are b1 (red) and b0 (big): category b; attributes tie -> alphabetical
+    p = summarise(cat, interest, scored, n_items=2, n_categories=3, n_attributes=5, cold=True)
+    assert (p.categories, p.attributes, p.cold) == (("b",), ("big", "red"), True)
+    # an item the model cannot score never votes
+    scored[4] = False
+    p = summarise(cat, interest, scored, n_items=1, n_categories=3, n_attributes=5, cold=False)
+    assert (p.categories, p.attributes) == (("b",), ("big",))
+    assert top_names(["x", "y", "y", "z", "x"], 2) == ("x", "y")
