@@ -33,29 +33,28 @@ def load_config(
     algo: str | None,
     group_size: int | None,
     overrides: list[str] | None,
-    backend: str = "native",
+    backend: str | None = None,
 ):
-    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides);
-    ``backend`` llm reads it as an ``LLMTrainConfig`` (preset ``llm-tiny`` in place of ``default``)."""
+    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides).
+    The config model is ``backend``'s (None: the one the preset names, else native); ``--backend
+    llm`` reads preset ``llm-tiny`` in place of ``default``."""
     from parpo.algorithms import ADVANTAGES
+    from parpo.api.configs import config_model, preset_backend
     from parpo.policy.backends import POLICY_BACKENDS
     from parpo.presets import load
 
-    POLICY_BACKENDS[backend]  # an unknown name is one error line naming the known ones
-    if backend == "llm":
-        from parpo.policy.llm.config import LLMTrainConfig as PolicyTrainConfig
-
-        config = "llm-tiny" if config == "default" else config
-    else:
-        from parpo.trainer.config import PolicyTrainConfig
-
+    if backend is not None:
+        POLICY_BACKENDS[backend]  # an unknown name is one error line naming the known ones
+    if backend == "llm" and config == "default":
+        config = "llm-tiny"
     extra = []
     if algo is not None:
         ADVANTAGES[algo]  # an unknown name is one error line naming the closest
         extra.append(f"advantage.estimator={algo}")
     if group_size is not None:
         extra.append(f"train.group_size={group_size}")
-    return load(PolicyTrainConfig, "policy", config, [*(overrides or []), *extra])
+    model = config_model("policy", backend or preset_backend("policy", config, overrides))
+    return load(model, "policy", config, [*(overrides or []), *extra])
 
 
 def _line(section: dict[str, Any]) -> str:
@@ -127,19 +126,20 @@ def train(
     overrides: Overrides = None,
 ) -> None:
     """Train a policy on the reward version's split and publish it as a new `policy` version."""
+    from parpo.api.configs import preset_backend
     from parpo.api.train import publish_policy
     from parpo.cli.console import console, stdout_for_json
     from parpo_core.errors import UserError
 
     llm = {"policy.model": model, "policy.engine": engine, "policy.lora.r": lora}
     given = [f"{k}={v}" for k, v in llm.items() if v is not None]
-    if given and backend != "llm":
+    if given and backend != "llm" and preset_backend("policy", config, overrides) != "llm":
         raise UserError("--model, --engine and --lora are options of --backend llm")
-    if backend == "llm" and model is None:
-        raise UserError("--backend llm needs --model PATH (a local Hugging Face model folder)")
     cfg = load_config(
         config, algo, group_size, [*(overrides or []), *given, *tracker_overrides(logger, run_name)], backend
     )
+    if getattr(cfg, "backend", "native") == "llm" and not cfg.policy.model:
+        raise UserError("--backend llm needs --model PATH (a local Hugging Face model folder)")
     with stdout_for_json(as_json):
         outcome = publish_policy(cfg, data, registry, reward_version, out, resume, config)
     if outcome is None:

@@ -58,7 +58,9 @@ class LLMTrainConfig(StrictModel):
     """``parpo policy train --backend llm``: the same env, advantage, loss and optimiser sections as
     the native trainer's config, the LLM policy and its own loop."""
 
-    backend: Literal["llm"] = "llm"
+    backend: Literal["llm"] = Field(
+        "llm", description="the policy backend this config trains (required: llm)"
+    )
     runtime: RuntimeConfig = RuntimeConfig()
     env: EnvConfig = EnvConfig()
     policy: LLMPolicyConfig = LLMPolicyConfig()
