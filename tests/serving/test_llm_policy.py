@@ -104,3 +104,18 @@ def test_propensities_count_the_n_sampled_episodes(llm_registry) -> None:
         [ActRequest(request_id="g", user_id="u0001", k=2, explore=0.0)], n_samples=8, temperature=1.0
     )
     assert g.response["n_samples"] == 1 and [s["propensity"] for s in g.response["slate"]] == [1.0, 1.0]
+
+
+def _error_line(res) -> str:
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), res.stderr[-2000:]
+    return lines[0]
+
+
+def test_bad_llm_options_are_one_line(tmp_path) -> None:
+    base = ["policy", "train", "-d", str(tmp_path), "-r", str(tmp_path / "REG")]
+    assert "options of --backend llm" in _error_line(run(*base, "--model", str(tmp_path)))
+    assert "needs --model PATH" in _error_line(run(*base, "--backend", "llm"))
+    assert "unknown policy backend 'gpt'; known: llm, native" in _error_line(run(*base, "--backend", "gpt"))
+    line = _error_line(run(*base, "--backend", "llm", "--model", str(tmp_path), "policy.engine=tgi"))
+    assert "policy.engine" in line

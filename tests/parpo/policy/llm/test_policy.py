@@ -172,3 +172,25 @@ def test_greedy_decoding_is_deterministic(llm_policy, hand_env) -> None:
     b = llm_policy.act(obs, greedy=True)
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
     assert not isinstance(a.actions[0], Recommend) or a.actions[0].items
+
+
+def test_an_episode_it_did_not_produce_is_rendered_from_its_calls(llm_policy, hand_env) -> None:
+    """After a restart (no episode in flight), the calls so far are re-rendered as canonical JSON,
+    earlier results by their status, the latest with its candidates; nothing counts as generated."""
+    script = ['{"tool": "filter", "constraints": {}}', '{"tool": "search", "category": "b", "k": 6}']
+    llm_policy.engine = ScriptedEngine(llm_policy.tokenizer, script)
+    obs = hand_env.reset(hand_tasks()[:1])
+    for _ in script:
+        obs, *_ = hand_env.step(llm_policy.act(obs).actions)
+    kept = llm_policy.conversations(obs)[0]
+    llm_policy._pending.clear()
+    conv = llm_policy.conversations(obs)[0]
+    assert [m["role"] for m in conv.messages] == [m["role"] for m in kept.messages]
+    assert conv.messages[3]["content"] == '{"ok": false, "error": "filter before any search"}'
+    assert (
+        conv.messages[4]["content"]
+        == '{"tool": "search", "category": "b", "strategy": "popularity", "constraints": {"price_min": null, "price_max": null, "attributes": []}, "attributes": [], "k": 6}'
+    )
+    assert conv.messages[-1] == kept.messages[-1]  # the latest result, candidates and all
+    assert not any(conv.mask)
+    assert llm_policy.tokenizer.decode(conv.ids, skip_special_tokens=False) == conv.prompt_text
