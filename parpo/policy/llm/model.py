@@ -65,6 +65,27 @@ def load_pretrained(path: str | Path, dtype: str = "float32") -> tuple[Any, Any]
     return model, tok
 
 
+def gguf_to_folder(gguf: str | Path, out: str | Path) -> Path:
+    """A GGUF model file (dequantised by transformers through ``gguf``) re-saved as a Hugging Face
+    folder with safetensors weights, for ``--model``. ``save_pretrained`` on the GGUF-loaded model
+    raises, so its weights are copied into a fresh model of the same config first."""
+    require_llm_extra()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src, dst = Path(gguf), Path(out)
+    if not src.is_file():
+        raise UserError(f"{src}: no such GGUF file")
+    tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    loaded = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.generation_config = loaded.generation_config
+    fresh.save_pretrained(dst)
+    tok.save_pretrained(dst)
+    return dst
+
+
 def add_lora(model: Any, cfg: LoraConfig) -> Any:
     """``model`` with fresh LoRA adapters (only they require grad)."""
     from peft import LoraConfig as PeftLora
