@@ -52,6 +52,9 @@ class LLMTrainLoopConfig(StrictModel):
     minibatches: int = Field(1, ge=1, description="optimiser steps per PPO epoch")
     micro_batch_size: int = Field(4, ge=1, description="episodes per forward (gradient accumulation)")
     max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
+    progress_bar: bool = Field(
+        True, description="show progress over updates (a line per update off a terminal)"
+    )
 
 
 class LLMTrainConfig(StrictModel):

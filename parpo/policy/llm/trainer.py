@@ -29,6 +29,7 @@ from parpo.policy.llm.rollout import collect
 from parpo.trainer.loop import TrainResult, write_csv
 from parpo.trainer.metrics import reward_metrics, rollout_report
 from parpo_core.errors import DataError, UserError
+from parpo_core.progress import step_progress
 
 
 def _rows(batch: dict[str, Tensor], idx: Tensor, device: torch.device) -> dict[str, Tensor]:
@@ -145,6 +146,7 @@ class LLMTrainer:
         logs = self.run / "logs" / "metrics.csv"
         history: list[dict[str, float]] = []
         t = cfg.train
+        step = step_progress("llm policy updates", t.updates) if t.progress_bar else None
         for update in range(1, t.updates + 1):
             t0 = time.perf_counter()
             picks = task_rng.choice(
@@ -179,5 +181,10 @@ class LLMTrainer:
             }
             history.append({k: float(v) for k, v in metrics.items()})
             write_csv(history, logs)
+            if step is not None:
+                step(f"pref {metrics.get('reward/preference/mean', 0):.3f}  valid calls "
+                     f"{metrics.get('reward/task/valid_calls/mean', 0):.3f}  no slate {metrics['report/no_slate']:.2f}")  # fmt: skip
+        if step is not None:
+            step(None)
         policy.model.eval()
         return TrainResult(policy, anchors, logs, history)  # type: ignore[arg-type]
