@@ -5,7 +5,10 @@ response (Monte-Carlo propensities from N sampled episodes; ``explore: 0`` greed
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +16,17 @@ import pytest
 from parpo.policy.llm.engine import Generation
 from serving.acting import LoadedModel
 from serving.schemas import ActRequest
-from tests.cli.test_policy import run
 from tests.serving.helpers import client, wait_ready
 
 pytestmark = [pytest.mark.llm, pytest.mark.integration]
+PARPO = [sys.executable, "-m", "parpo.cli.main"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    env.pop("PARPO_POLICY_RUN_DIR", None)
+    return subprocess.run([*PARPO, *args], capture_output=True, text=True, timeout=900, env=env)
+
 
 LLM_FAST = ["runtime.threads=1", "train.updates=1", "train.tasks_per_update=2", "train.group_size=2",
             "policy.max_new_tokens=16", "env.max_steps=2"]  # fmt: skip

@@ -13,6 +13,7 @@ from parpo.env.schema import Constraints, Filter, Recommend, Search
 from parpo.policy.llm.parse import first_object, parse_call, resolve_ids
 from tests.plugins.envs import HandUsers, hand_catalogue, hand_tasks
 
+pytestmark = pytest.mark.llm
 IDS = ["a1", "a0", "a2"]  # the latest result, best first: c1 = a1
 
 
