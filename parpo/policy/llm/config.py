@@ -33,6 +33,11 @@ class LLMPolicyConfig(StrictModel):
     max_context: int = Field(
         4096, ge=16, description="prompt + generation budget; tool results are cut to fit"
     )
+    call_prefix: str = Field(
+        "",
+        description="text every call starts with, forced rather than sampled (not a policy token); "
+        "'{\"tool\": \"' keeps a small model on JSON",
+    )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
     profile_items: int = Field(50, ge=1, description="items of highest interest the profile summary reads")
     profile_categories: int = Field(3, ge=0, description="top categories named in the profile summary")

@@ -32,8 +32,9 @@ DEFAULT_TEMPLATE = (
 class Conversation:
     """``ids`` [L] the episode so far; ``mask`` [L] True on generated tokens; ``logp`` [L] the
     engine's log-prob of each generated token (0 elsewhere); ``prompt_text``: the chat text the
-    last prompt encodes (what the template's next message is appended to); ``cut``: candidates
-    left out of tool results to fit the context; ``texts``: the decoded calls, one per turn."""
+    last prompt encodes, without the call prefix (what the template's next message is appended
+    to); ``cut``: candidates left out of tool results to fit the context; ``texts``: the calls,
+    one per turn (call prefix + decoded generated tokens)."""
 
     messages: list[dict[str, str]]
     ids: list[int]
@@ -52,10 +53,13 @@ class ChatFormat:
     """Renders and tokenises conversations for one tokenizer and context size."""
 
     def __init__(self, tokenizer: Any, max_context: int, max_new_tokens: int, top_candidates: int,
-                 stop_ids: Sequence[int]) -> None:  # fmt: skip
+                 stop_ids: Sequence[int], call_prefix: str = "") -> None:  # fmt: skip
         self.tok, self.max_context, self.max_new_tokens = tokenizer, max_context, max_new_tokens
         self.top_candidates, self.stop_ids = top_candidates, frozenset(stop_ids)
         self.template = getattr(tokenizer, "chat_template", None) or DEFAULT_TEMPLATE
+        # Forced at the start of every call (after the generation prompt), never sampled.
+        self.prefix = call_prefix
+        self.prefix_ids = self.encode(call_prefix) if call_prefix else []
 
     def text(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         return self.tok.apply_chat_template(messages, chat_template=self.template, tokenize=False,
@@ -70,7 +74,7 @@ class ChatFormat:
     def start(self, obs: Observation, profile: Profile) -> Conversation:
         messages = [system_message(), user_message(obs, profile)]
         text = self.text(messages, True)
-        ids = self.encode(text)
+        ids = self.encode(text) + self.prefix_ids
         return Conversation(messages, ids, [False] * len(ids), [0.0] * len(ids), text)
 
     def budget(self, conv: Conversation) -> int:
@@ -80,7 +84,7 @@ class ChatFormat:
     def extend(self, conv: Conversation, gen: Sequence[int], logp: Sequence[float]) -> Conversation:
         """``conv`` with one turn's generated tokens [G] and their engine log-probs [G] appended."""
         out = conv.copy()
-        text = self.decode([t for t in gen if t not in self.stop_ids])
+        text = self.prefix + self.decode([t for t in gen if t not in self.stop_ids])
         out.ids += list(gen)
         out.mask += [True] * len(gen)
         out.logp += [float(x) for x in logp]
@@ -90,7 +94,8 @@ class ChatFormat:
 
     def observe(self, conv: Conversation, obs: Observation) -> Conversation:
         """``conv`` (ending with a generated turn) with the tool message of ``obs``'s latest call
-        appended, then the next generation prompt; candidates cut to leave ``max_new_tokens``."""
+        appended, then the next generation prompt (and the call prefix); candidates cut to leave
+        ``max_new_tokens``."""
         base = self.text(conv.messages, False)
         # The template's text after the assistant's content, less the stop token it generated.
         head = conv.prompt_text + conv.messages[-1]["content"]
@@ -105,7 +110,7 @@ class ChatFormat:
             message = tool_message(obs, shown)
             full = self.text([*conv.messages, message], True)
             cut = len(base) if full.startswith(base) else len(os.path.commonprefix([base, full]))
-            delta = self.encode(tail + full[cut:])
+            delta = self.encode(tail + full[cut:]) + self.prefix_ids
             if len(delta) <= room or shown == 0:
                 break
         out = conv.copy()

@@ -71,7 +71,9 @@ class LLMPolicy:
         self.temperature = cfg.temperature
         stop = stop_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
-        self.chat = ChatFormat(tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop)
+        self.chat = ChatFormat(
+            tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop, cfg.call_prefix
+        )
         self.engine = ENGINES[cfg.engine](model, self.pad_id, stop)
         self.profiler = Profiler(reward_model, catalogue, cfg.profile_items, cfg.profile_categories,
                                  cfg.profile_attributes)  # fmt: skip

@@ -194,3 +194,27 @@ def test_an_episode_it_did_not_produce_is_rendered_from_its_calls(llm_policy, ha
     assert conv.messages[-1] == kept.messages[-1]  # the latest result, candidates and all
     assert not any(conv.mask)
     assert llm_policy.tokenizer.decode(conv.ids, skip_special_tokens=False) == conv.prompt_text
+
+
+def test_a_call_prefix_is_forced_not_sampled(tiny_llm, hand_env) -> None:
+    from parpo.policy.llm.config import LLMPolicyConfig
+    from parpo.policy.llm.policy import LLMPolicy
+    from tests.plugins.envs import HandUsers, hand_catalogue
+
+    prefix = '{"tool": "'
+    cfg = LLMPolicyConfig(model=str(tiny_llm), max_new_tokens=40, top_candidates=4, call_prefix=prefix)
+    policy = LLMPolicy.create(cfg, HandUsers(), hand_catalogue())
+    policy.engine = ScriptedEngine(
+        policy.tokenizer, ['search", "category": "a", "k": 6}', 'recommend", "items": ["c2"]}']
+    )
+    convs, _, infos = run_episodes(policy, hand_env, hand_tasks()[:1])
+    c = convs[0]
+    assert infos[0]["plan"] == "search:popularity>recommend" and infos[0]["slate"] == ["a0"]
+    assert c.texts == [prefix + 'search", "category": "a", "k": 6}', prefix + 'recommend", "items": ["c2"]}']
+    n = len(policy.chat.prefix_ids)
+    starts = [j for j in range(1, len(c.mask)) if c.mask[j] and not c.mask[j - 1]]
+    assert len(starts) == 2
+    for j in starts:  # each call's prefix sits right before its generated tokens, masked out
+        assert c.ids[j - n : j] == policy.chat.prefix_ids and not any(c.mask[j - n : j])
+    decoded = policy.tokenizer.decode(c.ids, skip_special_tokens=False)
+    assert decoded.startswith(c.prompt_text.split("<|im_start|>tool")[0])
