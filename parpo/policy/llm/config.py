@@ -36,7 +36,7 @@ class LLMPolicyConfig(StrictModel):
     call_prefix: str = Field(
         "",
         description="text every call starts with, forced rather than sampled (not a policy token); "
-        "'{\"tool\": \"' keeps a small model on JSON",
+        '\'{"tool": "\' keeps a small model on JSON',
     )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
     profile_items: int = Field(50, ge=1, description="items of highest interest the profile summary reads")
