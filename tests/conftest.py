@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.plugins.envs",
     "tests.plugins.policies",
     "tests.plugins.artefacts",
+    "tests.plugins.llm",
 ]

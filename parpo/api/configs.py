@@ -25,20 +25,39 @@ for _group, _target in (
 ):
     CONFIG_GROUPS.add(_group, _target)
 
+#: ``policy`` configs whose ``backend`` names another trainer: backend -> ``module:Class``.
+POLICY_BACKEND_MODELS = {"llm": "parpo.policy.llm.config:LLMTrainConfig"}
+
 #: The preset each command reads when ``--config`` is not given.
 DEFAULT_PRESET = {"data": "default", "reward": "dice", "policy": "default", "serve": "default"}
 
 
-def config_model(group: str) -> type[BaseModel]:
-    module, _, name = CONFIG_GROUPS[group].partition(":")
+def config_model(group: str, backend: str | None = None) -> type[BaseModel]:
+    """The group's config model; for ``policy``, the one of ``backend`` (None: the native one)."""
+    target = CONFIG_GROUPS[group]
+    if group == "policy" and backend in POLICY_BACKEND_MODELS:
+        target = POLICY_BACKEND_MODELS[backend]
+    module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
+def preset_backend(group: str, preset: str, overrides: list[str] | None = None) -> str | None:
+    """The ``backend`` a ``policy`` preset (or a ``backend=`` override) names; None elsewhere."""
+    from parpo.presets import parse_override, read_preset
+
+    if group != "policy":
+        return None
+    given = [parse_override(o)[1] for o in overrides or [] if o.partition("=")[0].strip() == "backend"]
+    return str(given[-1]) if given else read_preset(group, preset)[1].get("backend")
+
+
 def resolved(group: str, preset: str | None = None, overrides: list[str] | None = None) -> BaseModel:
-    """The validated config of ``preset`` (default: the group's default preset) plus ``overrides``."""
+    """The validated config of ``preset`` (default: the group's default preset) plus ``overrides``;
+    a ``policy`` preset with ``backend: llm`` is an ``LLMTrainConfig``."""
     from parpo.presets import load
 
-    return load(config_model(group), group, preset or DEFAULT_PRESET[group], overrides)
+    name = preset or DEFAULT_PRESET[group]
+    return load(config_model(group, preset_backend(group, name, overrides)), group, name, overrides)
 
 
 def schema(group: str) -> dict[str, Any]:
@@ -96,6 +115,13 @@ def reference_markdown() -> str:
         lines += ["", "| key | type | default | meaning |", "|---|---|---|---|"]
         lines += [f"| `{k}` | `{t}` | `{d}` | {m} |" for k, t, d, m in _rows(model)]
         lines.append("")
+        if group == "policy":
+            for backend, target in POLICY_BACKEND_MODELS.items():
+                lines += [f"### `policy` with `backend: {backend}` ({target.replace(':', '.')})", ""]
+                lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+                rows = _rows(config_model(group, backend))
+                lines += [f"| `{k}` | `{t}` | `{d}` | {m} |" for k, t, d, m in rows]
+                lines.append("")
     return "\n".join(lines)
 
 

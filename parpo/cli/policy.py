@@ -29,13 +29,26 @@ Overrides = Annotated[
 ]
 
 
-def load_config(config: str, algo: str | None, group_size: int | None, overrides: list[str] | None):
-    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides)."""
+def load_config(
+    config: str,
+    algo: str | None,
+    group_size: int | None,
+    overrides: list[str] | None,
+    backend: str | None = None,
+):
+    """The ``policy`` preset with ``--algo``/``--group-size`` applied (they win over overrides).
+    The config model is ``backend``'s (None: the one the preset names, else native); ``--backend
+    llm`` reads preset ``llm-tiny`` in place of ``default``."""
     from parpo.algorithms import ADVANTAGES, VALUE_ESTIMATORS
+    from parpo.api.configs import config_model, preset_backend
+    from parpo.policy.backends import POLICY_BACKENDS
     from parpo.presets import load
-    from parpo.trainer.config import PolicyTrainConfig
     from parpo_core.names import NameRegistry
 
+    if backend is not None:
+        POLICY_BACKENDS[backend]  # an unknown name is one error line naming the known ones
+    if backend == "llm" and config == "default":
+        config = "llm-tiny"
     extra = []
     if algo is not None:
         known: NameRegistry[object] = NameRegistry("advantage estimator")
@@ -45,7 +58,8 @@ def load_config(config: str, algo: str | None, group_size: int | None, overrides
         extra.append(f"advantage.estimator={algo}")
     if group_size is not None:
         extra.append(f"train.group_size={group_size}")
-    return load(PolicyTrainConfig, "policy", config, [*(overrides or []), *extra])
+    model = config_model("policy", backend or preset_backend("policy", config, overrides))
+    return load(model, "policy", config, [*(overrides or []), *extra])
 
 
 def _line(section: dict[str, Any]) -> str:
@@ -97,15 +111,41 @@ def train(
         bool,
         typer.Option("--json", help="Print the result as one JSON object (progress goes to stderr)."),
     ] = False,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", help="Policy backend: native (small transformer) or llm (a language model)."
+        ),
+    ] = "native",
+    model: Annotated[
+        Path | None, typer.Option("--model", help="llm: local Hugging Face model folder (policy.model).")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="llm: rollout engine, hf or vllm (policy.engine).")
+    ] = None,
+    lora: Annotated[
+        int | None,
+        typer.Option("--lora", min=0, help="llm: LoRA rank, 0 for full fine-tuning (policy.lora.r)."),
+    ] = None,
     logger: LoggerOpt = None,
     run_name: RunNameOpt = None,
     overrides: Overrides = None,
 ) -> None:
     """Train a policy on the reward version's split and publish it as a new `policy` version."""
+    from parpo.api.configs import preset_backend
     from parpo.api.train import publish_policy
     from parpo.cli.console import console, stdout_for_json
+    from parpo_core.errors import UserError
 
-    cfg = load_config(config, algo, group_size, [*(overrides or []), *tracker_overrides(logger, run_name)])
+    llm = {"policy.model": model, "policy.engine": engine, "policy.lora.r": lora}
+    given = [f"{k}={v}" for k, v in llm.items() if v is not None]
+    if given and backend != "llm" and preset_backend("policy", config, overrides) != "llm":
+        raise UserError("--model, --engine and --lora are options of --backend llm")
+    cfg = load_config(
+        config, algo, group_size, [*(overrides or []), *given, *tracker_overrides(logger, run_name)], backend
+    )
+    if getattr(cfg, "backend", "native") == "llm" and not cfg.policy.model:
+        raise UserError("--backend llm needs --model PATH (a local Hugging Face model folder)")
     with stdout_for_json(as_json):
         outcome = publish_policy(cfg, data, registry, reward_version, out, resume, config)
     if outcome is None:

@@ -1,6 +1,5 @@
-"""Policies: the ``Policy`` interface (``base``) and the native transformer backend (``native``).
-
-An LLM backend (HF transformers / vLLM rollouts) implements the same interface later.
+"""Policies: the ``Policy`` interface (``base``), the native transformer backend (``native``) and
+the LLM backend (``llm``: a Hugging Face causal LM writing JSON tool calls; docs/llm.md).
 """
 
 from parpo.policy.base import ActOutput, Policy

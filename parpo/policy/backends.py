@@ -2,14 +2,8 @@
 ``metadata.json`` (``backend``; metadata without it is a ``native`` policy).
 
 Each entry is a loader that imports the class on demand, so listing backends or reading
-metadata never imports torch. A new backend (an LLM agent, say) adds one entry:
-
-```python
-@POLICY_BACKENDS.register("llm")
-def _llm() -> type[Policy]:
-    from parpo.policy.llm import LLMPolicy
-    return LLMPolicy
-```
+metadata never imports a model library (``llm`` below imports transformers only when a model
+is loaded). A new backend adds one entry like ``_llm``.
 
 Its class implements ``parpo.policy.base.Policy`` plus
 ``load(directory, reward_model, catalogue)``.
@@ -32,6 +26,13 @@ def _native() -> type:
     from parpo.policy.native import NativePolicy
 
     return NativePolicy
+
+
+@POLICY_BACKENDS.register("llm")
+def _llm() -> type:
+    from parpo.policy.llm.policy import LLMPolicy
+
+    return LLMPolicy
 
 
 def policy_class(metadata: Mapping[str, Any]) -> type:

@@ -30,7 +30,8 @@ from parpo.policy.slates import SlateDraws, episode_slates
 class ActOutput:
     """One step of a batch of episodes.
 
-    ``actions``: [B] typed actions; ``inputs``: the backend's encoded observations (whatever its
+    ``actions``: [B] typed actions (the LLM backend hands a call that does not parse to the env as
+    its text, which the env records as an invalid call); ``inputs``: the backend's encoded observations (whatever its
     ``logprobs`` needs to rescore the step later, as tensors with batch dim B); ``tokens`` [B, T]
     int64; ``logprobs`` [B, T] float32 (0 where ``mask`` is 0); ``mask`` [B, T] bool.
     """

@@ -12,6 +12,7 @@ from parpo.env.environment import PreferenceTransform
 from parpo.env.schema import ACTION_SCHEMA_VERSION
 from parpo.env.source import EnvSource
 from parpo.policy.bundle import ANCHORS, CATALOGUE, KIND, POLICY_DIR
+from parpo.policy.llm.config import LLMTrainConfig
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.loop import PolicyInit, PolicyTrainer, TrainResult
 
@@ -31,8 +32,17 @@ def final_summary(history: list[dict[str, float]], last: int = 5) -> dict[str, f
     return {k: sum(m.get(k, 0.0) for m in tail) / len(tail) for k in dict.fromkeys(keys)}
 
 
+def _trainer_class(cfg: Any) -> Any:
+    """``PolicyTrainer``, or the LLM backend's trainer for an ``LLMTrainConfig`` (``backend: llm``)."""
+    if isinstance(cfg, LLMTrainConfig):
+        from parpo.policy.llm.trainer import LLMTrainer
+
+        return LLMTrainer
+    return PolicyTrainer
+
+
 def train_and_publish(
-    cfg: PolicyTrainConfig,
+    cfg: PolicyTrainConfig | LLMTrainConfig,
     data_dir: str | Path,
     registry: str | Path,
     *,
@@ -55,7 +65,8 @@ def train_and_publish(
 
     run = resolve_run_dir(KIND, run_dir)  # a rank the DDP launcher started gets rank 0's folder
     source = EnvSource.load(data_dir, registry, reward_version, cfg.env)
-    result = PolicyTrainer(cfg, source, run, preference_transform=preference_transform, init=init).fit(resume)
+    trainer = _trainer_class(cfg)(cfg, source, run, preference_transform=preference_transform, init=init)
+    result = trainer.fit(resume)
     if not result.is_global_zero:
         return None
     policy_dir, cat_path, anchors_path = (

@@ -1,0 +1,86 @@
+"""The LLM backend's configs: the model and how it acts (``LLMPolicyConfig``) and the training run
+(``LLMTrainConfig``, the ``policy`` config group's ``llm-*`` presets)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
+from parpo.env.config import EnvConfig
+from parpo_core.config import RuntimeConfig, StrictModel
+
+
+class LoraConfig(StrictModel):
+    """Low-rank adapters (peft) on the attention projections; only adapters are trained and published."""
+
+    r: int = Field(0, ge=0, description="adapter rank (0: full fine-tuning, no adapters)")
+    alpha: float = Field(16.0, gt=0, description="adapter scale numerator (scale = alpha / r)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter input")
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, description="module names that get adapters"
+    )
+
+
+class LLMPolicyConfig(StrictModel):
+    """A Hugging Face causal LM from a local folder that writes one JSON tool call per turn."""
+
+    model: str = Field("", description="local folder of the model and its tokenizer (no hub access)")
+    engine: Literal["hf", "vllm"] = Field("hf", description="rollout engine: hf (generate) or vllm (extra)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts (and of log-probs)")
+    max_new_tokens: int = Field(64, ge=1, description="tokens one tool call may take")
+    max_context: int = Field(
+        4096, ge=16, description="prompt + generation budget; tool results are cut to fit"
+    )
+    call_prefix: str = Field(
+        "",
+        description="text every call starts with, forced rather than sampled (not a policy token); "
+        '\'{"tool": "\' keeps a small model on JSON',
+    )
+    top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
+    profile_items: int = Field(50, ge=1, description="items of highest interest the profile summary reads")
+    profile_categories: int = Field(3, ge=0, description="top categories named in the profile summary")
+    profile_attributes: int = Field(5, ge=0, description="top attributes named in the profile summary")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' dtype")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
+    lora: LoraConfig = LoraConfig()
+
+
+class LLMTrainLoopConfig(StrictModel):
+    """Tasks -> G episodes per task (each one sample) -> advantages -> ``ppo_epochs`` -> anchors."""
+
+    updates: int = Field(5, ge=1, description="policy updates (each on fresh rollouts)")
+    tasks_per_update: int = Field(8, ge=1, description="training tasks per update")
+    group_size: int = Field(4, ge=1, description="G: episodes per task (one advantage group)")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each update's episodes")
+    minibatches: int = Field(1, ge=1, description="optimiser steps per PPO epoch")
+    micro_batch_size: int = Field(4, ge=1, description="episodes per forward (gradient accumulation)")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
+    progress_bar: bool = Field(
+        True, description="show progress over updates (a line per update off a terminal)"
+    )
+
+
+class LLMTrainConfig(StrictModel):
+    """``parpo policy train --backend llm``: the same env, advantage, loss and optimiser sections as
+    the native trainer's config, the LLM policy and its own loop."""
+
+    backend: Literal["llm"] = Field(
+        "llm", description="the policy backend this config trains (required: llm)"
+    )
+    runtime: RuntimeConfig = RuntimeConfig()
+    env: EnvConfig = EnvConfig()
+    policy: LLMPolicyConfig = LLMPolicyConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig = OptimConfig(lr=1e-5)
+    train: LLMTrainLoopConfig = LLMTrainLoopConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> LLMTrainConfig:
+        if self.loss.kl_beta > 0:
+            raise ValueError("loss.kl_beta > 0 (a reference policy) is not supported by the llm backend yet")
+        if self.loss.aggregation == "dr_grpo" and self.loss.norm_len is None:
+            raise ValueError("loss.aggregation dr_grpo needs loss.norm_len (the generation budget in tokens)")
+        return self

@@ -1,0 +1,53 @@
+"""The trainer's view of episodes: padded token batches and the log-prob of every token under the
+current weights (differentiable). Only generated tokens are masked in; the optimiser never sees
+prompt or tool-result tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from parpo.policy.llm.conversation import Conversation
+
+
+def pad_batch(convs: Sequence[Conversation], pad_id: int) -> dict[str, Tensor]:
+    """Right-padded episodes: ``ids`` [B, L] int64, ``attention`` [B, L] int64, ``mask`` [B, L] bool
+    (generated tokens), ``rollout_logp`` [B, L] float32 (the engine's, 0 off the mask)."""
+    width = max(len(c.ids) for c in convs)
+    b = len(convs)
+    ids = torch.full((b, width), pad_id, dtype=torch.int64)
+    attn = torch.zeros((b, width), dtype=torch.int64)
+    mask = torch.zeros((b, width), dtype=torch.bool)
+    logp = torch.zeros((b, width), dtype=torch.float32)
+    for i, c in enumerate(convs):
+        n = len(c.ids)
+        ids[i, :n] = torch.tensor(c.ids, dtype=torch.int64)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.tensor(c.mask, dtype=torch.bool)
+        logp[i, :n] = torch.tensor(c.logp, dtype=torch.float32)
+    return {"ids": ids, "attention": attn, "mask": mask, "rollout_logp": logp}
+
+
+def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor,
+                   temperature: float) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``logp`` [B, L]: log p(ids[:, j] | ids[:, <j]) at ``temperature`` where ``mask`` [B, L] is
+    set (0 elsewhere, and at j = 0), and the entropies [B, L] of those next-token distributions,
+    both float32. Only masked positions reach the vocabulary-wide softmax (its memory is the
+    generated tokens', not the prompts').
+
+    Positions count attended tokens only (as ``generate`` does with left padding), so the values
+    do not depend on how a batch was padded."""
+    pos = (attention.cumsum(-1) - 1).clamp(min=0)
+    hidden_logits = model(input_ids=ids, attention_mask=attention, position_ids=pos).logits[:, :-1]
+    sel = mask[:, 1:]
+    lp = torch.log_softmax(hidden_logits[sel].float() / temperature, dim=-1)  # [N, V]
+    picked = lp.gather(-1, ids[:, 1:][sel].unsqueeze(-1)).squeeze(-1)
+    ent = -(lp.exp() * lp).sum(-1)
+    logp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+    entropy = torch.zeros_like(logp)
+    logp[:, 1:][sel] = picked
+    entropy[:, 1:][sel] = ent
+    return logp, entropy

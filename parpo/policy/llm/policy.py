@@ -1,0 +1,206 @@
+"""``LLMPolicy``: a causal LM behind the ``Policy`` interface (``parpo.policy.base``).
+
+Each turn the model writes one JSON tool call (``parse.parse_call`` -> a typed action, or the
+text for the env's invalid-call path). An episode is one growing token sequence
+(``conversation``): ``act`` continues each observation's episode from the sequence its previous
+turn produced (looked up by the episode's calls so far), so the generated tokens an episode was
+sampled with are the ones it is trained on, whoever drives the episode loop (the trainer,
+``episode_slates`` for serving's Monte-Carlo propensities, evaluation). An observation whose
+earlier turns this policy did not produce (a restarted process) is rendered from its calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from parpo.env.catalogue import Catalogue
+from parpo.env.environment import BatchEnv
+from parpo.env.observation import Call, Observation
+from parpo.env.reward_model import RewardModel
+from parpo.env.schema import Recommend, action_to_json
+from parpo.env.tasks import Task
+from parpo.policy.base import ActOutput
+from parpo.policy.llm import model as lm
+from parpo.policy.llm.config import LLMPolicyConfig
+from parpo.policy.llm.conversation import ChatFormat, Conversation
+from parpo.policy.llm.engine import ENGINES
+from parpo.policy.llm.logprobs import pad_batch, token_logprobs
+from parpo.policy.llm.parse import parse_call
+from parpo.policy.llm.profile import Profiler
+from parpo.policy.llm.prompt import TOOL_ROLE, assistant_message
+from parpo.policy.slates import SlateDraws, episode_slates
+
+#: Episodes kept between two ``act`` calls (oldest dropped first; a dropped one is re-rendered).
+PENDING_LIMIT = 4096
+
+
+def _call_key(c: Call) -> tuple[str | None, bool, str | None]:
+    return (None if c.action is None else repr(c.action), c.valid, c.error)
+
+
+def episode_key(obs: Observation, upto: int) -> tuple[Any, ...]:
+    """An episode's identity after its first ``upto`` calls: task, user and those calls."""
+    return (obs.task.task_id, obs.task.user_id, tuple(_call_key(c) for c in obs.history[:upto]))
+
+
+def _call_text(c: Call) -> str:
+    return json.dumps(action_to_json(c.action)) if c.action is not None else ""
+
+
+def stop_ids(tokenizer: Any, model: Any) -> list[int]:
+    """Token ids that end a turn: the tokenizer's eos and the model's generation eos ids."""
+    ids = {tokenizer.eos_token_id}
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(eos) if isinstance(eos, list) else {eos}
+    return sorted(i for i in ids if i is not None)
+
+
+class LLMPolicy:
+    kind = "llm"
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: LLMPolicyConfig, reward_model: RewardModel,
+                 catalogue: Catalogue, base: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.model, self.tokenizer, self.cfg, self.base = model, tokenizer, cfg, base
+        self.temperature = cfg.temperature
+        stop = stop_ids(tokenizer, model)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
+        self.chat = ChatFormat(
+            tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop, cfg.call_prefix
+        )
+        self.engine = ENGINES[cfg.engine](model, self.pad_id, stop)
+        self.profiler = Profiler(reward_model, catalogue, cfg.profile_items, cfg.profile_categories,
+                                 cfg.profile_attributes)  # fmt: skip
+        self._pending: OrderedDict[tuple[Any, ...], list[tuple[Any, Conversation]]] = OrderedDict()
+
+    @classmethod
+    def create(cls, cfg: LLMPolicyConfig, reward_model: RewardModel, catalogue: Catalogue) -> LLMPolicy:
+        """From ``cfg.model`` (a local folder); with ``cfg.lora.r`` > 0, fresh adapters on it and
+        the base's path and sha256 recorded for publishing."""
+        model, tok = lm.load_pretrained(cfg.model, cfg.dtype)
+        base = None
+        if cfg.lora.r > 0:
+            model = lm.add_lora(model, cfg.lora)
+            base = {"path": str(Path(cfg.model).resolve()), "sha256": lm.weights_sha256(cfg.model)}
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        return cls(model, tok, cfg, reward_model, catalogue, base)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- turns ---------------------------------------------------------------------------
+    def start(self, observations: Sequence[Observation]) -> list[Conversation]:
+        profiles = self.profiler.profiles([o.task for o in observations])
+        return [self.chat.start(o, p) for o, p in zip(observations, profiles, strict=True)]
+
+    def turn(self, convs: Sequence[Conversation], *, greedy: bool = False,
+             generator: torch.Generator | None = None) -> list[Conversation]:  # fmt: skip
+        """Each conversation with one generated turn appended (one batched engine call)."""
+        gens = self.engine.generate([c.ids for c in convs], [self.chat.budget(c) for c in convs],
+                                    temperature=self.temperature, greedy=greedy, generator=generator)  # fmt: skip
+        return [self.chat.extend(c, g.tokens, g.logp) for c, g in zip(convs, gens, strict=True)]
+
+    @staticmethod
+    def action(conv: Conversation, obs: Observation) -> Any:
+        """The env action of ``conv``'s latest turn (short ids resolved against ``obs``)."""
+        return parse_call(conv.texts[-1], obs.candidate_ids)
+
+    def _rendered(self, obs: Observation) -> Conversation:
+        """An episode rebuilt from its calls: each call as its canonical JSON, earlier results as
+        their status only, the latest with its candidates; no token counts as generated."""
+        conv = self.start([obs])[0]
+        *past, last = obs.history
+        for c in past:
+            status = {"ok": c.valid, **({"error": c.error} if c.error else {})}
+            conv.messages += [
+                assistant_message(_call_text(c)),
+                {"role": TOOL_ROLE, "content": json.dumps(status)},
+            ]
+        conv.prompt_text = self.chat.text(conv.messages, True)
+        conv.messages.append(assistant_message(_call_text(last)))
+        conv.ids = self.chat.encode(conv.prompt_text + _call_text(last))
+        conv.mask, conv.logp = [False] * len(conv.ids), [0.0] * len(conv.ids)
+        return self.chat.observe(conv, obs)
+
+    def _continue(self, obs: Observation) -> Conversation:
+        entries = self._pending.get(episode_key(obs, obs.step - 1), [])
+        last = obs.history[-1]
+        for j, (action, conv) in enumerate(entries):
+            if action == last.action if last.action is not None else isinstance(action, str):
+                entries.pop(j)
+                return self.chat.observe(conv, obs)
+        return self._rendered(obs)
+
+    def conversations(self, observations: Sequence[Observation]) -> list[Conversation]:
+        """Each observation's episode up to its next generation prompt."""
+        fresh = [i for i, o in enumerate(observations) if o.step == 0]
+        out: list[Conversation | None] = [None] * len(observations)
+        for i, c in zip(fresh, self.start([observations[i] for i in fresh]), strict=True):
+            out[i] = c
+        for i, o in enumerate(observations):
+            if out[i] is None:
+                out[i] = self._continue(o)
+        return [c for c in out if c is not None]
+
+    @torch.no_grad()
+    def act(self, observations: Sequence[Observation], *, greedy: bool = False,
+            generator: Any = None) -> ActOutput:  # fmt: skip
+        """One turn of each observation's episode. ``inputs``: the episodes through this turn
+        (``pad_batch``) and ``start`` [B], where this turn's tokens begin; ``tokens``,
+        ``logprobs``, ``mask`` [B, G]: the generated tokens."""
+        prior = self.conversations(observations)
+        convs = self.turn(prior, greedy=greedy, generator=generator)
+        actions = [self.action(c, o) for c, o in zip(convs, observations, strict=True)]
+        for o, a, c in zip(observations, actions, convs, strict=True):
+            if not isinstance(a, Recommend) and o.step + 1 < o.max_steps:  # the episode goes on
+                self._pending.setdefault(episode_key(o, o.step), []).append((a, c))
+                self._pending.move_to_end(episode_key(o, o.step))
+        while len(self._pending) > PENDING_LIMIT:
+            self._pending.popitem(last=False)
+        inputs = pad_batch(convs, self.pad_id)
+        starts = torch.tensor([len(p.ids) for p in prior], dtype=torch.int64)
+        inputs["start"] = starts
+        g = max([len(c.ids) - len(p.ids) for c, p in zip(convs, prior, strict=True)] + [1])
+        cols = (starts.unsqueeze(1) + torch.arange(g)).clamp(max=inputs["ids"].shape[1] - 1)
+        mask = inputs["mask"].gather(1, cols) & (
+            torch.arange(g) < (inputs["attention"].sum(1) - starts).unsqueeze(1)
+        )
+        tokens = torch.where(mask, inputs["ids"].gather(1, cols), 0)
+        logp = torch.where(mask, inputs["rollout_logp"].gather(1, cols), 0.0)
+        return ActOutput(actions, inputs, tokens, logp, mask)
+
+    def logprobs(self, inputs: dict[str, Tensor], tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Log-probs and entropies [B, G] of ``act``'s generated tokens under the current weights."""
+        dev = self.device
+        ids, attn = inputs["ids"].to(dev), inputs["attention"].to(dev)
+        g = tokens.shape[1]
+        cols = (inputs["start"].to(dev).unsqueeze(1) + torch.arange(g, device=dev)).clamp(
+            max=ids.shape[1] - 1
+        )
+        sel = torch.zeros_like(ids, dtype=torch.bool).scatter(1, cols, True) & inputs["mask"].to(dev)
+        logp, ent = token_logprobs(self.model, ids, attn, sel, self.temperature)
+        return logp.gather(1, cols), ent.gather(1, cols)
+
+    def sample_slates(self, env: BatchEnv, tasks: Sequence[Task], n: int, *,
+                      generator: Any = None) -> list[SlateDraws]:  # fmt: skip
+        """``n`` whole sampled episodes per task, in one batch (``episode_slates``): serving's
+        Monte-Carlo propensities count them."""
+        return episode_slates(self, env, tasks, n, generator=generator)
+
+    # -- persistence ---------------------------------------------------------------------
+    def save(self, directory: str | Path) -> None:
+        lm.save(directory, self.model, self.tokenizer, self.cfg, self.base)
+
+    @classmethod
+    def load(cls, directory: str | Path, reward_model: RewardModel, catalogue: Catalogue) -> LLMPolicy:
+        model, tok, cfg, base = lm.load(directory)
+        model.eval()
+        return cls(model, tok, cfg, reward_model, catalogue, base)

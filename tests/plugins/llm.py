@@ -1,0 +1,69 @@
+"""A tiny randomly initialised Llama and a byte-level BPE tokenizer trained here (no hub): the
+model every ``llm`` test runs. Built once per session into a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CALLS = [
+    {"tool": "search", "category": "a", "strategy": "popularity", "k": 6},
+    {"tool": "filter", "constraints": {"price_max": 6.0}},
+    {"tool": "recommend", "items": ["c1", "c2", "c3"]},
+]
+
+
+def build_tiny_llm(path: Path, *, seed: int = 0) -> Path:
+    """A 2-layer Llama (width 32) and a 384-token tokenizer with a ChatML template, saved to ``path``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from parpo.env.schema import action_json_schema
+    from parpo.policy.llm.prompt import system_message
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    corpus = [system_message()["content"], json.dumps(action_json_schema()), *map(json.dumps, CALLS)] * 4
+    trainer = trainers.BpeTrainer(
+        vocab_size=384,
+        special_tokens=["<pad>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", eos_token="<|im_end|>")
+    tok.chat_template = CHATML
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(tmp_path_factory) -> Path:
+    """The folder of the tiny model (skipped where the llm extra is not installed)."""
+    pytest.importorskip("transformers", reason="the llm extra (transformers) is not installed")
+    pytest.importorskip("peft", reason="the llm extra (peft) is not installed")
+    return build_tiny_llm(tmp_path_factory.mktemp("tiny-llm") / "model")
