@@ -10,6 +10,9 @@ Variants (only these overrides differ; ``policy.memory_skills`` M = ``memory.k``
   none   ``policy.memory_skills=0``: no memory (the trainer builds none)
   flat   ``policy.memory_skills=4 memory.retriever=flat``: similarity-only recall
   psgm   ``policy.memory_skills=4 memory.retriever=psgm``: the skill graph's two-step retrieval
+  flat-pareto, psgm-pareto  the same with ``memory.high_value_rule=pareto`` (a tie with a
+         threshold counts at distillation; docs/memory.md): under the default strict rule a task
+         quality most episodes top out on keeps the memory empty at this budget
 
 Worlds (data and a DICE reward model built once per world in ``--workdir`` and reused):
   synthetic  the synthetic default (``parpo data synth``; the headline)
@@ -57,6 +60,20 @@ VARIANTS: dict[str, list[str]] = {
     "none": ["policy.memory_skills=0"],
     "flat": [f"policy.memory_skills={SKILLS}", f"memory.k={SKILLS}", "memory.retriever=flat"],
     "psgm": [f"policy.memory_skills={SKILLS}", f"memory.k={SKILLS}", "memory.retriever=psgm"],
+    # Ties count at distillation: with the strict rule a saturated task quality keeps the memory
+    # empty at this budget (benchmarks/README.md); these show what a memory that fills does.
+    "flat-pareto": [
+        f"policy.memory_skills={SKILLS}",
+        f"memory.k={SKILLS}",
+        "memory.retriever=flat",
+        "memory.high_value_rule=pareto",
+    ],  # fmt: skip
+    "psgm-pareto": [
+        f"policy.memory_skills={SKILLS}",
+        f"memory.k={SKILLS}",
+        "memory.retriever=psgm",
+        "memory.high_value_rule=pareto",
+    ],  # fmt: skip
 }
 BASE = "none"
 PARTS = ("warm", "cold")
@@ -255,7 +272,7 @@ def _ms(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--worlds", nargs="+", default=["synthetic", "price"], choices=[w for w in WORLDS if w != "ml100k"]
+        "--worlds", nargs="*", default=["synthetic", "price"], choices=[w for w in WORLDS if w != "ml100k"]
     )
     ap.add_argument(
         "--ml100k", action="store_true", help="also MovieLens-100K (../shared/data/movielens-100k)"
