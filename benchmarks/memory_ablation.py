@@ -76,6 +76,9 @@ VARIANTS: dict[str, list[str]] = {
     ],  # fmt: skip
 }
 BASE = "none"
+#: Second baselines: a memory variant against the same network with the memory the strict rule
+#: leaves empty (what the memory's content adds, apart from the network's extra skill layer).
+SAME_NETWORK = {"flat-pareto": "flat", "psgm-pareto": "psgm"}
 PARTS = ("warm", "cold")
 METRICS = ("task_quality", "preference", "true_preference", "hit@10", "ndcg@10")
 
@@ -185,10 +188,10 @@ def one_run(world: str, variant: str, seed: int, data: Path, reg: Path, work: Pa
 
 
 def paired(lines: Sequence[dict[str, Any]], world: str, variant: str, n_boot: int = 1000,
-           seed: int = 0) -> dict[str, Any]:  # fmt: skip
-    """``variant`` minus no memory on ``world``: per task set and metric the mean difference over the
-    (seed, task) pairs both have, its percentile 95% bootstrap interval and the pairs' count
-    (``paired_differences``' keys). Seeds missing either side are left out."""
+           seed: int = 0, base: str = BASE) -> dict[str, Any]:  # fmt: skip
+    """``variant`` minus ``base`` (no memory) on ``world``: per task set and metric the mean
+    difference over the (seed, task) pairs both have, its percentile 95% bootstrap interval and the
+    pairs' count (``paired_differences``' keys). Seeds missing either side are left out."""
     import polars as pl
 
     from parpo.evaluation.compare import paired_differences
@@ -208,7 +211,7 @@ def paired(lines: Sequence[dict[str, Any]], world: str, variant: str, n_boot: in
                 )
         return pl.concat(rows, how="diagonal_relaxed") if rows else pl.DataFrame()
 
-    a, b = frame(variant), frame(BASE)
+    a, b = frame(variant), frame(base)
     if a.height == 0 or b.height == 0:
         return {part: {"n_pairs": 0} for part in PARTS}
     return paired_differences(a, b, n_boot=n_boot, seed=seed)
@@ -228,7 +231,8 @@ def summarise_results(lines: Sequence[dict[str, Any]]) -> str:
             f"\n### {world} ({b['updates']} updates x {b['tasks_per_update']} tasks x G = {b['group_size']}, "
             f"{b['rollouts']} rollouts; seeds {seeds})\n"
         )
-        diffs = {v: paired(lines, world, v) for v in VARIANTS if v != BASE}
+        diffs = {(v, BASE): paired(lines, world, v) for v in VARIANTS if v != BASE}
+        diffs |= {(v, b): paired(lines, world, v, base=b) for v, b in SAME_NETWORK.items()}
         for part in PARTS:
             ms = [m for m in METRICS if m in here[0][part]]
             n = here[0][part]["n_tasks"]
@@ -239,14 +243,14 @@ def summarise_results(lines: Sequence[dict[str, Any]]) -> str:
                 if runs:
                     cells = [_ms([r[part][m] for r in runs]) for m in [*ms, "plan_diversity"]]
                     out.append(f"{v} ({len(runs)} seeds) | " + " | ".join(cells))
-            for v, d in diffs.items():
+            for (v, base), d in diffs.items():
                 sec = d[part]
                 if sec["n_pairs"]:
                     cells = [
                         f"{sec[m]['diff']:+.4f} [{sec[m]['ci_low']:+.4f}, {sec[m]['ci_high']:+.4f}]"
                         for m in ms
                     ]
-                    out.append(f"{v} − none ({sec['n_pairs']} pairs) | " + " | ".join([*cells, ""]))
+                    out.append(f"{v} − {base} ({sec['n_pairs']} pairs) | " + " | ".join([*cells, ""]))
             out.append("")
         mem = [r for r in here if r["memory"]]
         if mem:

@@ -65,6 +65,9 @@ def test_paired_matches_tasks_within_a_seed_only():
     flat = paired(lines, "w", "flat", n_boot=200)
     assert flat["warm"]["n_pairs"] == 2 and flat["warm"]["task_quality"]["diff"] == pytest.approx(-0.6)
     assert paired(lines, "nowhere", "psgm")["warm"] == {"n_pairs": 0}
+    against_flat = paired(lines, "w", "psgm", n_boot=200, base="flat")  # seed 0: (0.6 + 0.7) / 2 - 0
+    assert against_flat["warm"]["n_pairs"] == 2
+    assert against_flat["warm"]["task_quality"]["diff"] == pytest.approx(0.65)
 
 
 def test_memory_state_is_the_last_update_and_the_mean_hit_rate():
