@@ -27,18 +27,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def prepare(kind: str, path: Path | None, work: Path, threads: int) -> tuple[Path, Path]:
-    """(data dir, registry) for ``synth`` (the ``parpo data synth`` defaults) or ``movielens``."""
+def prepare(kind: str, path: Path | None, work: Path, threads: int, synth: Any = None) -> tuple[Path, Path]:
+    """(data dir, registry) for ``synth`` (the ``parpo data synth`` defaults, or the ``SynthConfig``
+    ``synth``; give such a world a ``kind`` of its own) or ``movielens``."""
     from parpo.presets import load
     from reward_models.config import RewardConfig
     from reward_models.pipeline import train_and_publish
 
     data, reg = work / kind / "data", work / kind / "REG"
     if not (data / "manifest.json").is_file():
-        if kind == "synth":
+        if kind == "synth" or synth is not None:
             from data_pipelines.synth import SynthConfig, write
 
-            write(SynthConfig(), data)
+            write(synth or SynthConfig(), data)
         else:
             from data_pipelines.adapters import open_source
             from data_pipelines.ingest import ingest

@@ -62,6 +62,13 @@ class SynthConfig(StrictModel):
     price_median: float = Field(30.0, gt=0, description="median item price")
     price_category_sd: float = Field(0.5, ge=0, description="sd of log price between categories.")
     price_item_sd: float = Field(0.4, ge=0, description="sd of log price within a category.")
+    # Per-user price preference: s(u, i) += price_preference * rho_u * x_i, rho_u = +-1 (docs/synthetic.md)
+    price_preference: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of each user's price preference (cheap or premium) in the true interest "
+        "(0: none, the default).",
+    )
 
     # Exposure (logging policy): P(i) ~ (clicks_i / mean clicks + alpha) ** beta, k distinct items per slate
     exposure_alpha: float = Field(1.0, gt=0, description="Smoothing, in units of the mean click count.")
@@ -112,5 +119,7 @@ class SynthConfig(StrictModel):
         fields = self.model_dump(mode="json")
         if not self.interest_features:  # added later, off: digests of earlier configs stay as they were
             del fields["interest_features"], fields["interest_feature_noise"]
+        if not self.price_preference:  # likewise
+            del fields["price_preference"]
         blob = json.dumps({"v": GENERATOR_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

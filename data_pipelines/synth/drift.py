@@ -141,6 +141,10 @@ def load_state(root: str | Path) -> State:
             "write the world again with this version to continue it"
         )
     cfg = SynthConfig.model_validate(meta["config"])
+    if cfg.price_preference:
+        raise DataError(
+            f"{tdir}: continuing a world with price_preference ({cfg.price_preference}) is not supported yet"
+        )
     users = pl.read_parquet(tdir / "user_vectors.parquet")
     conformity = pl.read_parquet(tdir / "conformity.parquet")
     items = pl.read_parquet(tdir / "items.parquet")

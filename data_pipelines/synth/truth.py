@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from data_pipelines.synth.config import GENERATOR_VERSION
+from data_pipelines.synth.config import GENERATOR_VERSION, SynthConfig
 from data_pipelines.synth.generate import SynthData
-from data_pipelines.synth.world import Centroids
+from data_pipelines.synth.world import Centroids, price_position
 from data_pipelines.synth.world import interest as row_interest
 from parpo_core.durable import publish_dir, temp_sibling
 from parpo_core.errors import DataError
@@ -49,6 +49,12 @@ MODEL = {
     "click": "P(click) = sigmoid(click_bias + interest_weight * s + c_u * pop_i + eps), eps ~ N(0, noise_sd^2)",
     "funnel": "P(cart|click) = sigmoid(logit(cart_rate) + funnel_interest_weight * s); fav likewise; P(buy|cart) with buy_rate",
     "uniform_test": "uniform_slate_size distinct items uniformly at random per user; same response model, pop from final counts",
+}
+
+#: The price preference term (``price_preference`` > 0); in meta.json of such worlds only.
+PRICE_MODEL = {
+    "price_preference": "s(u, i) = u . v_i / sqrt(dim) + price_preference * rho_u * x_i, rho_u = +-1 w.p. 1/2, "
+    "x_i = (log price_i - log price_median) / sqrt(price_category_sd^2 + price_item_sd^2)",
 }
 
 #: What a continuation adds (``data_pipelines.synth.drift``); in meta.json of continued worlds only.
@@ -94,6 +100,10 @@ COLUMNS = {
         "index": "row within the kind (region / age band / category / attribute / feature number)",
         "vector": "the vector, list<float64>[dim]",
         "log_price": "category rows: mean log price of the category; null otherwise",
+    },
+    "price_preference.parquet": {
+        "user_id": "user id",
+        "rho": "rho_u: -1 (prefers cheap items) or +1 (premium); s(u, i) adds price_preference * rho_u * x_i",
     },
     "drift.parquet": {
         "continuation": "which continuation (1 = the first) rotated the vector",
@@ -149,16 +159,25 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
         }
         if data.drift is not None:
             frames["drift.parquet"] = data.drift
+        if w.price_taste is not None:
+            frames["price_preference.parquet"] = pl.DataFrame(
+                {"user_id": w.user_ids, "rho": np.sign(w.price_taste).astype(np.int8)}
+            )
         files = {}
         for name, df in frames.items():
             df.write_parquet(tmp / name, compression="zstd")
             files[name] = {"rows": df.height}
         meta = {
             "generator_version": GENERATOR_VERSION,
-            "config": cfg.model_dump(mode="json"),
+            # price_preference is left out when off: the default world's meta.json stays as it was
+            "config": cfg.model_dump(
+                mode="json", exclude=None if cfg.price_preference else {"price_preference"}
+            ),
             "config_digest": cfg.digest(),
             "interest_pairs": "all" if w.user_ids.len() * w.item_ids.len() <= ALL_PAIRS_LIMIT else "observed",
-            "model": MODEL | CONTINUATION_MODEL if data.continuations else MODEL,
+            "model": MODEL
+            | (CONTINUATION_MODEL if data.continuations else {})
+            | (PRICE_MODEL if w.price_taste is not None else {}),
             "columns": {name: cols for name, cols in COLUMNS.items() if name in files},
             "stats": data.stats,
             "files": files,
@@ -222,7 +241,10 @@ def _interest_pairs(data: SynthData) -> pl.DataFrame:
     if n_users * n_items <= ALL_PAIRS_LIMIT:
         u = np.repeat(np.arange(n_users), n_items)
         i = np.tile(np.arange(n_items), n_users)
-        scores = Truth.matrix(w.user_vectors, w.item_vectors).ravel()
+        scores = Truth.matrix(w.user_vectors, w.item_vectors)
+        if w.price_taste is not None and w.price_position is not None:
+            scores = scores + np.outer(w.price_taste, w.price_position)
+        scores = scores.ravel()
     else:
         idx = pl.DataFrame({"user_id": w.user_ids, "u": np.arange(n_users)})
         pairs = (
@@ -276,6 +298,19 @@ class Truth:
         self.user_ids, self.user_vectors = users["user_id"], _matrix(users["vector"])
         self.item_ids, self.item_vectors = items["item_id"], _matrix(items["vector"])
         self._conformity = pl.read_parquet(self.dir / "conformity.parquet")
+        # Worlds with a price preference: s(u, i) adds taste_u * x_i (docs/synthetic.md).
+        self.price_taste: np.ndarray | None = None  # [n_users] float64, price_preference * rho_u
+        self.price_position: np.ndarray | None = None  # [n_items] float64, x_i
+        if (self.dir / "price_preference.parquet").is_file():
+            cfg = SynthConfig.model_validate(self.meta["config"])
+            rho = pl.read_parquet(self.dir / "price_preference.parquet")
+            if not rho["user_id"].equals(self.user_ids):
+                raise DataError(
+                    f"{self.dir}: price_preference.parquet and user_vectors.parquet list different users"
+                )
+            price = pl.read_parquet(self.dir / "items.parquet", columns=["price"])["price"].to_numpy()
+            self.price_taste = cfg.price_preference * rho["rho"].to_numpy().astype(np.float64)
+            self.price_position = price_position(cfg, price)
 
     def user_index(self, users: Sequence[str] | pl.Series | np.ndarray) -> np.ndarray:
         return _lookup(self.user_ids, users, "user")
@@ -288,17 +323,23 @@ class Truth:
         u, i = self.user_index(users), self.item_index(items)
         if u.size != i.size:
             raise ValueError(f"users ({u.size}) and items ({i.size}) must have the same length")
-        return row_interest(self.user_vectors[u], self.item_vectors[i])
+        s = row_interest(self.user_vectors[u], self.item_vectors[i])
+        if self.price_taste is None or self.price_position is None:
+            return s
+        return s + self.price_taste[u] * self.price_position[i]
 
     def interest_matrix(self, users=None, items=None) -> np.ndarray:
         """True interest of every user x item (all users / items when None); [U', I'] float64."""
-        u = self.user_vectors if users is None else self.user_vectors[self.user_index(users)]
-        v = self.item_vectors if items is None else self.item_vectors[self.item_index(items)]
-        return self.matrix(u, v)
+        u = slice(None) if users is None else self.user_index(users)
+        i = slice(None) if items is None else self.item_index(items)
+        m = self.matrix(self.user_vectors[u], self.item_vectors[i])
+        if self.price_taste is None or self.price_position is None:
+            return m
+        return m + np.outer(self.price_taste[u], self.price_position[i])
 
     @staticmethod
     def matrix(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """u v^T / sqrt(dim) for [U, dim] and [I, dim] vectors; [U, I] float64."""
+        """u v^T / sqrt(dim) for [U, dim] and [I, dim] vectors (the vector part only); [U, I] float64."""
         return u.astype(np.float64) @ v.T.astype(np.float64) / np.sqrt(u.shape[1])
 
     def conformity(self, users) -> np.ndarray:
@@ -307,7 +348,8 @@ class Truth:
 
 
 def true_interest(root: str | Path, users, items) -> np.ndarray:
-    """True interest score s(u, i) = u . v_i / sqrt(dim) for pairs of ids, from ``root``'s truth/.
+    """True interest score s(u, i) = u . v_i / sqrt(dim) for pairs of ids, from ``root``'s truth/
+    (plus ``price_preference * rho_u * x_i`` in a world with a price preference).
 
     ``root``: a synthetic dataset folder (or its ``truth/``); ``users``, ``items``: equal-length
     id sequences. Returns [N] float64. Loads the vectors on each call; use ``Truth`` to reuse them.

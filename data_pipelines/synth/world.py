@@ -85,10 +85,17 @@ class World:
     attribute_names: list[str]
     projections: np.ndarray  # [n_users, interest_features] float64, observable noisy projections of u
     centroids: Centroids
+    #: Per-user price preference (``price_preference`` > 0), else None: [n_users] float64
+    #: price_preference * rho_u (rho_u = -1: cheap, +1: premium) and [n_items] float64 x_i.
+    price_taste: np.ndarray | None = None
+    price_position: np.ndarray | None = None
 
     def interest(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """True interest s(u, i) = u . v_i / sqrt(dim) for index pairs; [N] float64."""
-        return interest(self.user_vectors[users], self.item_vectors[items])
+        """True interest s(u, i) = u . v_i / sqrt(dim) (+ price_taste_u * x_i) for index pairs; [N] float64."""
+        s = interest(self.user_vectors[users], self.item_vectors[items])
+        if self.price_taste is None or self.price_position is None:
+            return s  # nothing added: the default world's floats stay bit for bit
+        return s + self.price_taste[users] * self.price_position[items]
 
     def users_frame(self) -> pl.DataFrame:
         """Canonical users side table: user_id, features (list<struct<key, value>>)."""
@@ -156,6 +163,20 @@ def prices(cfg: SynthConfig, c: Centroids, category: np.ndarray, noise: np.ndarr
     return np.maximum(price, 0.01)
 
 
+def price_position(cfg: SynthConfig, price: np.ndarray) -> np.ndarray:
+    """x_i = (log price_i - log price_median) / sqrt(price_category_sd^2 + price_item_sd^2): where an
+    item's price sits in the world's price distribution, in its sds (about unit variance); [n] float64."""
+    sd = float(np.hypot(cfg.price_category_sd, cfg.price_item_sd)) or 1.0
+    return (np.log(price) - np.log(cfg.price_median)) / sd
+
+
+def price_tastes(cfg: SynthConfig, n_users: int) -> np.ndarray:
+    """price_preference * rho_u, rho_u = -1 or +1 with probability 1/2 each, from an own stream
+    (child 9 of the seed: drawn only when asked for, so every other draw is unchanged); [n] float64."""
+    rng = np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(10)[9])
+    return cfg.price_preference * rng.choice(np.array([-1.0, 1.0]), n_users)
+
+
 def category_p(cfg: SynthConfig) -> np.ndarray:
     """Category shares ~ 1 / rank**category_skew; [n_categories]."""
     sizes = 1.0 / np.arange(1, cfg.n_categories + 1) ** cfg.category_skew
@@ -202,6 +223,7 @@ def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.
     )
     u = user_vectors(cfg, c, region, age_band, personal)
     v = item_vectors(cfg, c, category, item_personal)
+    price = prices(cfg, c, category, price_noise)
     return World(
         user_ids=ids("u", n_users),
         item_ids=ids("i", n_items),
@@ -213,9 +235,11 @@ def build_world(cfg: SynthConfig, rng_users: np.random.Generator, rng_items: np.
         device=device,
         category=category,
         attributes=top_attributes(cfg, c, v, attribute_noise),
-        price=prices(cfg, c, category, price_noise),
+        price=price,
         category_names=names(CATEGORY_NAMES, "c", cfg.n_categories),
         attribute_names=names(ATTRIBUTE_NAMES, "a", cfg.n_attributes),
         projections=project(cfg, c, u, projection_noise),
         centroids=c,
+        price_taste=price_tastes(cfg, n_users) if cfg.price_preference else None,
+        price_position=price_position(cfg, price) if cfg.price_preference else None,
     )

@@ -26,6 +26,11 @@ class MemoryConfig(StrictModel):
         description="without an anchor: a reward must pass this batch quantile (and a "
         "low-value one stay under 1 - it)",
     )
+    high_value_rule: Literal["strict", "pareto"] = Field(
+        "strict",
+        description="strict: every component above its threshold; pareto: at or above every one and "
+        "above one (a component the whole batch tops out on no longer blocks distillation)",
+    )
     trajectories_per_skill: int = Field(4, ge=1, description="latest source trajectories kept per skill")
     links_per_skill: int = Field(32, ge=1, description="complement/conflict links kept per skill")
     eviction_horizon: float = Field(

@@ -29,7 +29,7 @@ from parpo.memory.communities import Communities
 from parpo.memory.config import MemoryConfig
 from parpo.memory.scenario import Query, bag_cosine, embed, plan_tokens, scenario_tokens, tokens
 from parpo.memory.skills import SkillTable
-from parpo.memory.trajectory import AnchorArrays, Trajectory, thresholds
+from parpo.memory.trajectory import AnchorArrays, Trajectory, classify, thresholds
 
 #: The reward components a skill keeps statistics of (the environment's names).
 COMPONENTS = ("task_quality", "preference")
@@ -175,7 +175,7 @@ class SkillGraph:
         self.clock += 1
         cfg, sk = self.cfg, self.skills
         r, upper, lower = thresholds(trajectories, sk.components, anchors, cfg.top_quantile)
-        high, low = (r > upper).all(axis=1), (r < lower).all(axis=1)
+        high, low = classify(r, upper, lower, cfg.high_value_rule)
         margin = (r - upper).mean(axis=1)
         # A retrieved skill's edge moves by the reward relative to the middle of the two
         # thresholds: the user's anchor itself when there is one.

@@ -10,6 +10,11 @@ its reward components. ``high_value`` applies the distillation rule of issue 21:
     margin[i]       = mean over c of (reward[i, c] - threshold[i, c])
     low[i]          = every component c: reward[i, c] < lower[i, c]  (anchor, or the 1 - q quantile)
 
+With ``rule="pareto"`` (``MemoryConfig.high_value_rule``) a tie counts: high when every component
+is at or above its threshold and one is above (low: at or below every one, below one). Under
+the default ``"strict"`` a component most of a batch tops out on (task quality 1.0 once a policy
+meets every request) has its quantile at the maximum, and no trajectory is ever high-value.
+
 The training loop keeps an anchor for the preference reward only (``AnchorStore``), so task
 quality is held to the batch quantile and preference to the user's own anchor.
 """
@@ -99,7 +104,19 @@ def high_value(
     components: Sequence[str],
     anchors: Mapping[str, AnchorArrays] | None,
     q: float,
+    rule: str = "strict",
 ) -> tuple[np.ndarray, np.ndarray]:
     """``high`` [N] bool and ``margin`` [N] float64 (module docstring) of a batch of trajectories."""
-    r, upper, _ = thresholds(trajectories, components, anchors, q)
-    return (r > upper).all(axis=1), (r - upper).mean(axis=1)
+    r, upper, lower = thresholds(trajectories, components, anchors, q)
+    return classify(r, upper, lower, rule)[0], (r - upper).mean(axis=1)
+
+
+def classify(
+    r: np.ndarray, upper: np.ndarray, lower: np.ndarray, rule: str = "strict"
+) -> tuple[np.ndarray, np.ndarray]:
+    """``high`` and ``low`` [N] bool of rewards ``r`` against the thresholds (all [N, C]) under
+    ``rule``: ``strict`` (above / below every threshold) or ``pareto`` (ties count, one strict)."""
+    if rule == "strict":
+        return (r > upper).all(axis=1), (r < lower).all(axis=1)
+    high = (r >= upper).all(axis=1) & (r > upper).any(axis=1)
+    return high, (r <= lower).all(axis=1) & (r < lower).any(axis=1)

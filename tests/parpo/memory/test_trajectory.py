@@ -1,6 +1,6 @@
 import numpy as np
 
-from parpo.memory.trajectory import high_value, thresholds
+from parpo.memory.trajectory import classify, high_value, thresholds
 
 from .helpers import traj
 
@@ -27,3 +27,24 @@ def test_lower_threshold_is_the_anchor_or_the_low_quantile():
     np.testing.assert_allclose(upper[:, 0], 1.5)
     np.testing.assert_allclose(lower[:, 0], 0.5)
     assert r.shape == (3, 2)
+
+
+def test_a_saturated_component_blocks_strict_distillation_not_pareto():
+    # Task quality 1.0 for 4 of 5 (a policy that meets every request): its 0.8 quantile is 1.0,
+    # so nothing is strictly above it; pareto keeps one at 1.0 whose preference is above its quantile.
+    batch = [traj(str(k), 0, "c", task=t, pref=p) for k, (t, p) in
+             enumerate([(1.0, 0.9), (1.0, 0.2), (1.0, 0.5), (1.0, 0.99), (0.4, 0.5)])]  # fmt: skip
+    strict, _ = high_value(batch, COMPONENTS, None, q=0.8)
+    pareto, _ = high_value(batch, COMPONENTS, None, q=0.8, rule="pareto")
+    # preference 0.8 quantile: 0.9 + 0.2 * (0.99 - 0.9) = 0.918
+    assert not strict.any()
+    assert pareto.tolist() == [False, False, False, True, False]
+
+
+def test_classify_ties_count_only_under_pareto():
+    r = np.array([[1.0, 0.6], [1.0, 0.5], [0.9, 0.4], [1.0, 0.4]])
+    upper, lower = np.array([[1.0, 0.5]] * 4), np.array([[1.0, 0.45]] * 4)
+    assert [x.tolist() for x in classify(r, upper, lower)] == [[False] * 4, [False, False, True, False]]
+    high, low = classify(r, upper, lower, "pareto")
+    assert high.tolist() == [True, False, False, False]  # [1.0, 0.5]: all ties, none above
+    assert low.tolist() == [False, False, True, True]
