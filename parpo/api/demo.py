@@ -268,8 +268,11 @@ def retrain_while_serving(
                     "user_id": str(rng.choice(users)),
                     "k": 5,
                 }
-                r = http.post("/v1/act", json=body)
-                if r.is_success:
+                try:
+                    r = http.post("/v1/act", json=body)
+                except httpx.HTTPError:  # a dropped connection is a failed request, not a dead client
+                    r = None
+                if r is not None and r.is_success:
                     answers.append(r.json())
                 else:
                     failed[0] += 1
