@@ -60,6 +60,9 @@ VARIANTS = {
             "eval.valid_users=0",
         ],
     ),
+    # candidate: scalar conformity (c_u * popularity level), the pointwise exposure log-loss,
+    # smaller batches
+    "dice_sc": ("dice", ["model.conformity=scalar", "exposure.pointwise=10", "train.batch_size=1024"]),
     # candidate: conformity explained by popularity only, no cause-term decay, L2 on the id rows
     "dice_pop": (
         "dice",

@@ -62,10 +62,11 @@ class ModelConfig(StrictModel):
         0.0, ge=0, description="popularity re-weighting exponent (interest: rare positives up; 0 = off)"
     )
     features: FeatureConfig = FeatureConfig()
-    conformity: Literal["embedding", "popularity"] = Field(
+    conformity: Literal["embedding", "popularity", "scalar"] = Field(
         "embedding",
         description="item side of the conformity branch: embedding = a free row per item (DICE); "
-        "popularity = the row of the item's train-popularity bucket, so the branch explains popularity only",
+        "popularity = the row of the item's train-popularity bucket, so the branch explains popularity only; "
+        "scalar = the bucket's fixed level: conformity(u, i) = c_u * level(i), a coefficient per user",
     )
     popularity_buckets: int = Field(
         16, ge=2, description="conformity: popularity buckets floor(log2(1 + distinct train users)), capped"
@@ -86,6 +87,12 @@ class ExposureConfig(StrictModel):
     )
     valid_share: float = Field(
         0.1, ge=0, lt=1, description="share of impression pairs held out (hash) for the valid log-loss"
+    )
+    pointwise: float = Field(
+        0.0,
+        ge=0,
+        description="weight of the pointwise exposure log-loss: train positives clicked (1), "
+        "impressions passed over (0), on the click score plus a learned bias; 0: off",
     )
 
 
@@ -119,9 +126,10 @@ class TrainConfig(StrictModel):
     eval_every_steps: int = Field(
         0, ge=0, description="optimiser steps between valid evaluations (0: every eval_every epochs)"
     )
-    select: Literal["auto", "ndcg"] = Field(
+    select: Literal["auto", "uniform", "ndcg"] = Field(
         "ndcg",
-        description="selection target: auto = held-out impression log-loss, else the uniform half, else valid NDCG@10",
+        description="selection target: auto = held-out impression log-loss, else the uniform half, else "
+        "valid NDCG@10; uniform = the uniform half first, then the auto order",
     )
     max_steps: int = Field(-1, ge=-1, description="stop after this many optimiser steps (-1: no limit)")
     progress_bar: bool = Field(True, description="show a progress bar (off in tests and logs)")

@@ -99,16 +99,24 @@ class ImpressionTriples:
     exact resume replays it)."""
 
     def __init__(
-        self, exposure: Exposure, train: Csr, popularity: Tensor, weight: float, exposed: bool = False
+        self,
+        exposure: Exposure,
+        train: Csr,
+        popularity: Tensor,
+        weight: float,
+        exposed: bool = False,
+        pointwise: bool = False,
     ) -> None:
         """``exposed``: flag the triples so the loss reads them as equal-exposure choices
-        (``dice_loss(exposed=...)``: interest term always, no conformity term)."""
+        (``dice_loss(exposed=...)``: interest term always, no conformity term); ``pointwise``:
+        flag them ``impression`` (their negative is a shown-and-passed pair of the pointwise
+        log-loss, ``reward_models.losses.exposure_pointwise``)."""
         self.user = torch.from_numpy(exposure.train_user)
         self.neg = torch.from_numpy(exposure.train_item)
         self.indptr = torch.from_numpy(train.indptr.astype(np.int64))
         self.indices = torch.from_numpy(train.indices.astype(np.int64))
         self.pop = popularity.to(torch.float64)
-        self.weight, self.exposed = weight, exposed
+        self.weight, self.exposed, self.pointwise = weight, exposed, pointwise
 
     def __len__(self) -> int:
         return int(self.user.shape[0])
@@ -116,7 +124,7 @@ class ImpressionTriples:
     def epoch(self, n_batches: int, generator: torch.Generator) -> list[dict[str, Tensor]]:
         """``n_batches`` near-equal slices of a fresh permutation of the impressions, as triple fields:
         user, pos, neg [b] int64; neg_more_popular, fallback [b] bool; pos_weight, int_weight,
-        con_weight, click_weight [b] float32; exposed [b] bool (all True) when asked for."""
+        con_weight, click_weight [b] float32; exposed, impression [b] bool (all True) when asked for."""
         n = len(self)
         perm = torch.randperm(n, generator=generator)
         u, j = self.user[perm], self.neg[perm]
@@ -140,6 +148,8 @@ class ImpressionTriples:
         }
         if self.exposed:
             fields["exposed"] = torch.ones(n, dtype=torch.bool)
+        if self.pointwise:
+            fields["impression"] = torch.ones(n, dtype=torch.bool)
         cuts = [(n * b) // n_batches for b in range(n_batches + 1)]
         return [{k: v[cuts[b] : cuts[b + 1]] for k, v in fields.items()} for b in range(n_batches)]
 

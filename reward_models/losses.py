@@ -152,6 +152,16 @@ def discrepancy(kind: str, pairs: list[tuple[Tensor, Tensor]]) -> Tensor:
     return torch.stack([fn(a, b) for a, b in used]).mean()
 
 
+def exposure_pointwise(clicked: Tensor, passed: Tensor, norm: float) -> Tensor:
+    """Pointwise log-loss of exposures, ``(sum softplus(-clicked) + sum softplus(passed)) / norm``.
+
+    clicked [P]: logits (click score + bias) of train positives (label 1); passed [N]: logits of
+    impressions shown and not taken (label 0) -> scalar. Unlike a BPR pair, it compares every
+    pair with a level shared by all users, so what a user passed over counts on its own, not
+    only against one of the user's positives."""
+    return (F.softplus(-clicked).sum() + F.softplus(passed).sum()) / norm
+
+
 @dataclass
 class StepWeights:
     """The current (curriculum-decayed) weights of one step."""

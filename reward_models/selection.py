@@ -11,6 +11,11 @@
    hash of their id; targets are reported on the other half only (``report_half`` in
    ``metrics.json``), so the reported figure never saw selection;
 3. ``valid/ndcg@10`` (``train.select: ndcg`` always uses it: today's behaviour).
+``train.select: uniform`` puts 2 first, then the same order. On a split whose valid positives are
+drawn against popularity (``intervened``), the held-out impressions and the valid positives
+differ in popularity, so 1 punishes the conformity the click score rightly holds; on the
+synthetic world it moved by less than its noise between the steps that ranked the truth best
+and worst (benchmarks/README.md, "Scalar conformity, pointwise exposure loss, uniform-half selection").
 
 Valid NDCG on a popularity-biased split is won by popularity-like models, hence the order.
 """
@@ -100,6 +105,8 @@ def choose(select: str, data: RewardData, half: UniformHalf | None) -> Selection
     """The selection target (module docstring) for ``train.select`` on ``data``."""
     if select == "ndcg":
         return NDCG
+    if select == "uniform" and half is not None and half.select_users.size:
+        return UNIFORM
     ex = data.exposure
     if ex is not None and ex.valid_user.size and bool((data.valid.lengths()[ex.valid_user] > 0).any()):
         return EXPOSURE

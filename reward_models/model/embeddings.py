@@ -26,6 +26,13 @@ taste (measured on the synthetic world: the conformity branch ranked the true in
 as the interest branch did), so the cause terms must hold the split alone. With bucket rows the
 branch can only express "how much does this user follow popularity, per popularity level", and
 whatever else the clicks say has to go to the interest branch. The user side is unchanged.
+
+Scalar conformity (``fixed_levels``): the bucket rows are fixed, ``P[b] = (b / 4, 0, ..., 0)``, so
+``conformity(u, i) = c_u level(i)`` with ``c_u`` the first coordinate of the user's conformity
+row: the form of the synthetic world's click logit (``c_u pop_i``, docs/synthetic.md). Free
+bucket rows can also express "items at this popularity are liked", and popular items are often
+popular because many users like them: that share of taste left the interest branch and the
+agent ranked worse (benchmarks/README.md). One coefficient per user cannot hold item appeal.
 """
 
 from __future__ import annotations
@@ -167,9 +174,11 @@ class CausalEmbeddings(nn.Module):
         item_features: Tensor | None = None,
         item_buckets: Tensor | None = None,
         n_buckets: int = 0,
+        fixed_levels: bool = False,
     ) -> None:
         """``item_buckets`` [n_items] int64 in [0, n_buckets): popularity conformity (module
-        docstring); the ``item`` table and the item feature rows then hold the interest branch only."""
+        docstring); the ``item`` table and the item feature rows then hold the interest branch only.
+        ``fixed_levels``: the bucket rows are the fixed levels of scalar conformity (a buffer)."""
         super().__init__()
         if backbone not in ("mf", "lightgcn"):
             raise ValueError(f"unknown backbone {backbone!r} (mf or lightgcn)")
@@ -185,7 +194,12 @@ class CausalEmbeddings(nn.Module):
             w = torch.empty(n, width[side])
             w.normal_(0.0, init_std, generator=generator)
             self.register_parameter(side, nn.Parameter(w))
-        if self.item_buckets is not None:
+        self.fixed_levels = fixed_levels and self.item_buckets is not None
+        if self.fixed_levels:
+            w = torch.zeros(n_buckets, dim)
+            w[:, 0] = torch.arange(n_buckets, dtype=torch.float32) / 4.0  # levels 0 .. ~4 at 16 buckets
+            self.register_buffer("item_pop", w)
+        elif self.item_buckets is not None:
             w = torch.empty(n_buckets, dim)
             w.normal_(0.0, init_std, generator=generator)
             self.item_pop = nn.Parameter(w)
@@ -213,12 +227,15 @@ class CausalEmbeddings(nn.Module):
     def set_rows(self, user: Tensor, item: Tensor) -> None:
         """Set the id tables from scored rows user [n_users, nb * d], item [n_items, nb * d] (a warm
         start; feature rows are zero then, so ``composed`` returns these rows). With popularity
-        conformity each bucket's row is the mean conformity row of its items (0 when empty)."""
+        conformity each bucket's row is the mean conformity row of its items (0 when empty); fixed
+        levels stay as they are."""
         self.user.copy_(user)
         if self.item_buckets is None:
             self.item.copy_(item)
             return
         self.item.copy_(item[:, : self.dim])
+        if self.fixed_levels:
+            return
         sums = torch.zeros_like(self.item_pop).index_add_(0, self.item_buckets, item[:, self.dim :])
         counts = torch.bincount(self.item_buckets, minlength=self.item_pop.shape[0]).clamp(min=1)
         self.item_pop.copy_(sums / counts[:, None].to(sums.dtype))

@@ -51,7 +51,9 @@ def make_stream(data: RewardData, cfg: RewardConfig, rank: int = 0, world: int =
     imp = None
     if data.exposure is not None and data.exposure.n_train > 0:
         e = cfg.exposure
-        imp = ImpressionTriples(data.exposure, data.train, sampler.pop, e.weight, e.interest == "exposed")
+        imp = ImpressionTriples(
+            data.exposure, data.train, sampler.pop, e.weight, e.interest == "exposed", e.pointwise > 0
+        )
     return TripleStream(
         sampler,
         curriculum,

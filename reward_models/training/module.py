@@ -27,8 +27,8 @@ from reward_models.curriculum import Curriculum
 from reward_models.data import RewardData
 from reward_models.evaluate import users_ranking
 from reward_models.exposure import exposure_logloss
-from reward_models.losses import StepWeights, dice_loss, discrepancy
-from reward_models.model import CausalEmbeddings, normalized_adjacency, popularity_buckets
+from reward_models.losses import StepWeights, dice_loss, discrepancy, exposure_pointwise
+from reward_models.model import CausalEmbeddings, Tables, normalized_adjacency, popularity_buckets
 from reward_models.profile.fit import link_init
 from reward_models.selection import UNIFORM, choose, load_uniform_half
 
@@ -38,7 +38,7 @@ VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
 def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
     """The embedding model for ``data``, initialised from ``runtime.seed``."""
     m = cfg.model
-    popular = m.disentangle and m.conformity == "popularity"
+    popular = m.disentangle and m.conformity in ("popularity", "scalar")
     adj = None
     if m.backbone == "lightgcn":
         adj = normalized_adjacency(data.train_user, data.train_item, data.n_users, data.n_items)
@@ -56,6 +56,7 @@ def build_model(data: RewardData, cfg: RewardConfig) -> CausalEmbeddings:
         item_features=data.item_features.matrix if data.item_features is not None else None,
         item_buckets=popularity_buckets(data.popularity, m.popularity_buckets) if popular else None,
         n_buckets=m.popularity_buckets,
+        fixed_levels=m.conformity == "scalar",
     )
 
 
@@ -85,13 +86,18 @@ class RewardModule(pl.LightningModule):
             self.profile_map = torch.nn.Linear(profile.shape[1], self.model.user.shape[1])
         if init is not None:  # after the link: a warm start sets every row
             self.model.set_rows(*init)
+        self.exposure_bias: torch.nn.Parameter | None = None
+        if cfg.exposure.pointwise > 0 and data.exposure is not None and data.exposure.n_train > 0:
+            # the pointwise log-loss's level, started at the log-odds of a positive among exposures
+            odds = max(data.n_train, 1) / data.exposure.n_train
+            self.exposure_bias = torch.nn.Parameter(torch.tensor(float(np.log(odds))))
         s, m = cfg.sampler, cfg.model
         self.curriculum = Curriculum(s.margin, s.margin_decay, m.weights.int, m.weights.con, s.loss_decay)
         self._val: dict[str, torch.Tensor] = {}
         self._item_click: torch.Tensor | None = None
         self._user_click: torch.Tensor | None = None
         self._seen_items = torch.from_numpy(data.seen_items())
-        half = load_uniform_half(data) if cfg.train.select == "auto" else None
+        half = load_uniform_half(data) if cfg.train.select != "ndcg" else None
         self.selection = choose(cfg.train.select, data, half)
         # ranked at every evaluation only when it is the target (a full score matrix per user)
         self.half = half if self.selection == UNIFORM else None
@@ -126,6 +132,14 @@ class RewardModule(pl.LightningModule):
             disc=disc,
             norm=float(batch["norm"]),
         )
+        if self.exposure_bias is not None:
+            imp, u = batch["impression"], batch["user"]
+            clicked = self._click(t, u[~imp], batch["pos"][~imp])
+            passed = self._click(t, u[imp], batch["neg"][imp])
+            b = self.exposure_bias
+            point = exposure_pointwise(clicked + b, passed + b, float(batch["norm"]))
+            loss = loss + self.cfg.exposure.pointwise * point
+            pieces["loss/exposure_pointwise"], pieces["loss"] = point.detach(), loss.detach()
         if self.profile_map is not None:
             u = batch["user"]
             link = ((t.user_all[u] - self.profile_map(self.profile[u])) ** 2).sum(1).mean()
@@ -142,6 +156,11 @@ class RewardModule(pl.LightningModule):
         if dm is not None and getattr(dm, "stream", None) is not None:
             dm.stream.mark_consumed(int(batch["epoch"]), int(batch["index"]))
         return loss
+
+    @staticmethod
+    def _click(t: Tables, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
+        """click(u, i) [B] of index pairs user, item [B] (every branch summed)."""
+        return (t.user_all.index_select(0, user) * t.item_all.index_select(0, item)).sum(1)
 
     def on_train_batch_end(self, outputs: Any, batch: dict[str, Any], batch_idx: int) -> None:
         if not torch.isfinite(outputs["loss"]):

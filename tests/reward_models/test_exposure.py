@@ -33,6 +33,9 @@ def test_impression_triples_pair_each_impression_with_a_train_positive_of_its_us
         assert bool(more) == bool(pop[j] > pop[i])
     assert torch.all(got["pos_weight"] == 2.5) and not got["fallback"].any()
     assert torch.all(got["click_weight"] == 1.0)
+    assert "impression" not in got  # flagged only for the pointwise log-loss
+    flagged = ImpressionTriples(ex, train, pop, weight=2.5, pointwise=True).epoch(1, torch.Generator())[0]
+    assert flagged["impression"].tolist() == [True, True, True]
 
 
 def test_exposure_logloss_by_hand():
@@ -95,6 +98,10 @@ def test_stream_appends_impressions_and_shards_and_resumes():
         assert torch.equal(f["user"][:b], p["user"])  # the sampled part is unchanged
         assert f["norm"] == len(f["user"])
     assert sum(len(f["user"]) - len(p["user"]) for p, f in zip(plain, full, strict=True)) == 5
+    # the pointwise flag: False on the sampled part, True on the appended impressions
+    for p, f in zip(plain, _stream(ImpressionTriples(ex, train, pop, 1.0, pointwise=True)), strict=True):
+        b = len(p["user"])
+        assert not f["impression"][:b].any() and f["impression"][b:].all() and len(f["impression"]) > b
     ranks = [list(_stream(mk(), r, 2)) for r in range(2)]
     for b, whole in enumerate(full):
         torch.testing.assert_close(torch.cat([r[b]["neg"] for r in ranks]), whole["neg"])

@@ -14,6 +14,7 @@ from reward_models.losses import (
     dice_loss,
     discrepancy,
     distance_correlation,
+    exposure_pointwise,
     l2_similarity,
     orthogonality,
 )
@@ -38,6 +39,15 @@ def test_bpr_by_hand():
     assert got.item() == pytest.approx(-(ls(1.0) + ls(0.0)) / 2)
     w = bpr(torch.tensor([2.0, -1.0]), torch.tensor([0.5, 2.0]), norm=4.0)
     assert w.item() == pytest.approx(-(0.5 * ls(2.0) + 2.0 * ls(-1.0)) / 4)
+
+
+def test_exposure_pointwise_by_hand():
+    # clicked logit 0 (label 1), passed logits 0 and 2 (label 0), divided by a norm of 4
+    got = exposure_pointwise(torch.tensor([0.0]), torch.tensor([0.0, 2.0]), 4.0)
+    assert got.item() == pytest.approx((math.log(2) + math.log(2) + math.log(1 + math.e**2)) / 4)
+    # a user-wide shift moves the pointwise loss (a BPR pair of the same logits would not move)
+    shifted = exposure_pointwise(torch.tensor([1.0]), torch.tensor([1.0, 3.0]), 4.0)
+    assert shifted.item() > got.item()
 
 
 def test_dice_pieces_by_hand():

@@ -140,3 +140,24 @@ def test_set_rows_with_popularity_conformity_gives_each_bucket_its_items_mean():
     torch.testing.assert_close(exp["item_interest"], item[:, :3])
     torch.testing.assert_close(m.item_pop.detach()[2], item[[1, 2], 3:].mean(0))
     torch.testing.assert_close(m.item_pop.detach()[3], torch.zeros(3))  # no item in bucket 3
+
+
+def test_scalar_conformity_is_a_user_coefficient_times_a_fixed_popularity_level():
+    buckets = torch.tensor([0, 2, 2, 1, 0])
+    m = CausalEmbeddings(3, 5, 4, item_buckets=buckets, n_buckets=3, fixed_levels=True)
+    assert "item_pop" not in dict(m.named_parameters())  # fixed: a buffer, never trained
+    levels = torch.tensor([0.0, 0.5, 0.5, 0.25, 0.0])  # bucket / 4
+    exp = m.export()
+    torch.testing.assert_close(exp["item_conformity"][:, 0], levels)
+    assert float(exp["item_conformity"][:, 1:].abs().sum()) == 0.0
+    # conformity(u, i) - conformity(u, j) = c_u (level_i - level_j), c_u the row's first coordinate
+    u, i, j = torch.tensor([0, 2]), torch.tensor([1, 3]), torch.tensor([0, 2])
+    s = m(u, i, j)
+    c = m.user.detach()[u, 4]
+    torch.testing.assert_close(s.diff["conformity"].detach(), c * (levels[i] - levels[j]))
+    s.diff["conformity"].sum().backward()
+    g = m.user.grad[:, 4:]
+    assert float(g[:, 1:].abs().sum()) == 0.0 and float(g[0, 0]) == pytest.approx(0.5)
+    # a warm start sets the users' and the interest rows; the levels stay
+    m.set_rows(torch.randn(3, 8), torch.randn(5, 8))
+    torch.testing.assert_close(m.export()["item_conformity"][:, 0], levels)

@@ -30,6 +30,9 @@ def test_selection_prefers_impressions_then_the_uniform_half_then_ndcg(tiny_synt
     data.exposure = Exposure(empty, empty, v, np.zeros(3, np.int64))
     assert choose("auto", data, half) == EXPOSURE
     assert choose("ndcg", data, half) == NDCG
+    # `uniform`: the uniform half before the impressions; without a half, the auto order
+    assert choose("uniform", data, half) == UNIFORM
+    assert choose("uniform", data, None) == EXPOSURE
     # held-out impressions of users without a valid positive cannot be compared: skipped
     no_valid = np.flatnonzero(data.valid.lengths() == 0)[:3]
     data.exposure = Exposure(empty, empty, no_valid, np.zeros(3, np.int64))

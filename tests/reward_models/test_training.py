@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from data_pipelines.dataset import Dataset
 from parpo_core.artefacts import Registry
 from reward_models.data import RewardData
-from reward_models.pipeline import evaluate_version, train_and_publish
+from reward_models.pipeline import evaluate_version, load_training_data, train_and_publish
 from reward_models.readout import RewardModel
 from reward_models.training import fit
 from tests.plugins.rewards import reward_config
@@ -60,6 +61,20 @@ def test_loss_stays_finite_and_logs_are_written(data, tmp_path):
     text = res.logs.read_text()
     assert "valid/ndcg@10" in text and "train/loss/discrepancy" in text and "nan" not in text.lower()
     assert all(torch.isfinite(t).all() for t in res.tables.values())
+
+
+def test_pointwise_exposure_term_trains_the_click_score_and_is_logged(tiny_synth, tmp_path):
+    runs = {}
+    for w in (0.0, 5.0):
+        cfg = reward_config(*NO_STOP[:2], "train.epochs=2", f"exposure.pointwise={w}")
+        data = load_training_data(cfg, Dataset(tiny_synth))
+        assert data.exposure is not None and data.exposure.n_train > 0
+        runs[w] = fit(cfg, data, tmp_path / str(w))
+    text = runs[5.0].logs.read_text()
+    assert "train/loss/exposure_pointwise" in text and "nan" not in text.lower()
+    assert "exposure_pointwise" not in runs[0.0].logs.read_text()
+    # the term changes what is learned (same seed, same triples otherwise)
+    assert not torch.equal(runs[0.0].tables["item_interest"], runs[5.0].tables["item_interest"])
 
 
 @pytest.fixture(scope="module")
