@@ -13,7 +13,8 @@ Checkpoints are chosen on the preset's selection target (``train.select``; ``dic
 impression log-loss where the data has impressions, else the uniform half, else valid NDCG@10;
 ``mf``, ``lightgcn``: valid NDCG@10); the split seeds are fixed by the command line, before
 anything is trained. ``dice_v1`` is the ``dice`` preset as it was before hybrid features,
-impression negatives and the new selection (each switched off): today's model, for pairing.
+impression negatives and the new selection (each switched off), ``dice_v2`` as it was before
+scalar conformity, the pointwise exposure loss and uniform-half-first selection: for pairing.
 ``--pipeline`` trains as ``parpo reward train`` does (stage 1 first when the preset enables it,
 its profiles initialising stage 2's users); without it, stage 2 alone (``fit``).
 ``report_half.ndcg@10`` is the click ranking on the report half of a uniform-exposure set
@@ -53,16 +54,27 @@ VARIANTS = {
         "dice",
         [
             "exposure.enabled=false",
+            "exposure.pointwise=0",
             "model.features.item=false",
             "model.features.user=false",
+            "model.conformity=embedding",
+            "train.batch_size=8192",
             "train.select=ndcg",
             "train.eval_every_steps=0",
             "eval.valid_users=0",
         ],
     ),
-    # candidate: scalar conformity (c_u * popularity level), the pointwise exposure log-loss,
-    # smaller batches
-    "dice_sc": ("dice", ["model.conformity=scalar", "exposure.pointwise=10", "train.batch_size=1024"]),
+    # the dice preset before scalar conformity, the pointwise exposure loss, 1024-triple batches
+    # and the uniform half first in selection
+    "dice_v2": (
+        "dice",
+        [
+            "model.conformity=embedding",
+            "exposure.pointwise=0",
+            "train.batch_size=8192",
+            "train.select=auto",
+        ],
+    ),
     # candidate: conformity explained by popularity only, no cause-term decay, L2 on the id rows
     "dice_pop": (
         "dice",

@@ -100,8 +100,9 @@ def test_publish_writes_a_complete_version(published):
     assert {"interest_spearman", "conformity_spearman", "uniform.ndcg@10"} <= set(m["synthetic"])
     assert "ndcg@10" in m["baselines"]["mostpop"]["test"]
     assert v.lineage.split.name == "intervened" and v.lineage.data_fingerprint == m["data_fingerprint"]
-    # the dice preset's model: impressions as negatives (selection on their held-out log-loss), features
-    assert m["selection"] == {"target": "heldout_impression_logloss", "metric": "valid/exposure_logloss"}
+    # the dice preset's model: impressions as negatives, features, selection on the uniform half,
+    # scalar conformity (the exported item conformity rows are fixed levels on one coordinate)
+    assert m["selection"] == {"target": "uniform_half_ndcg@10", "metric": "valid/uniform_ndcg@10"}
     assert (
         m["report_half"]["source"] == "uniform_test" and "ndcg@10" in m["baselines"]["mostpop"]["report_half"]
     )
@@ -109,6 +110,10 @@ def test_publish_writes_a_complete_version(published):
     assert meta["model_version"] == 2 and meta["exposure"]["train_impressions"] > 0
     assert any(f.startswith("category=") for f in meta["features"]["item"])
     assert any(f.startswith("region=") for f in meta["features"]["user"])
+    from safetensors.torch import load_file
+
+    con = load_file(v.path / "weights" / "model.safetensors")["item_conformity"]
+    assert float(con[:, 1:].abs().sum()) == 0.0 and len(set(con[:, 0].tolist())) > 1
 
 
 def test_save_load_round_trip_gives_identical_scores(published, data):
