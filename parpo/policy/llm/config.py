@@ -39,6 +39,12 @@ class LLMPolicyConfig(StrictModel):
         '\'{"tool": "\' keeps a small model on JSON',
     )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
+    personal_features: bool = Field(
+        True,
+        description="show the reward model's view of each candidate for the user (interest percentile, "
+        "interest and conformity z-scores, scored flag) in tool results; false for the ablation "
+        "(policies saved before the option existed load with false)",
+    )
     profile_items: int = Field(50, ge=1, description="items of highest interest the profile summary reads")
     profile_categories: int = Field(3, ge=0, description="top categories named in the profile summary")
     profile_attributes: int = Field(5, ge=0, description="top attributes named in the profile summary")

@@ -23,6 +23,7 @@ from torch import Tensor
 from parpo.env.catalogue import Catalogue
 from parpo.env.environment import BatchEnv
 from parpo.env.observation import Call, Observation
+from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Recommend, action_to_json
 from parpo.env.tasks import Task
@@ -71,12 +72,12 @@ class LLMPolicy:
         self.temperature = cfg.temperature
         stop = stop_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
-        self.chat = ChatFormat(
-            tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop, cfg.call_prefix
-        )
+        self.chat = ChatFormat(tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop,
+                               cfg.call_prefix, cfg.personal_features)  # fmt: skip
         self.engine = ENGINES[cfg.engine](model, self.pad_id, stop)
         self.profiler = Profiler(reward_model, catalogue, cfg.profile_items, cfg.profile_categories,
                                  cfg.profile_attributes)  # fmt: skip
+        self.personal = PersonalTables(reward_model, catalogue) if cfg.personal_features else None
         self._pending: OrderedDict[tuple[Any, ...], list[tuple[Any, Conversation]]] = OrderedDict()
 
     @classmethod
@@ -99,7 +100,12 @@ class LLMPolicy:
     # -- turns ---------------------------------------------------------------------------
     def start(self, observations: Sequence[Observation]) -> list[Conversation]:
         profiles = self.profiler.profiles([o.task for o in observations])
-        return [self.chat.start(o, p) for o, p in zip(observations, profiles, strict=True)]
+        tables = (
+            self.personal.lookup([(o.task.user_id, o.task.profile) for o in observations])
+            if self.personal is not None
+            else [None] * len(observations)
+        )
+        return [self.chat.start(o, p, t) for o, p, t in zip(observations, profiles, tables, strict=True)]
 
     def turn(self, convs: Sequence[Conversation], *, greedy: bool = False,
              generator: torch.Generator | None = None) -> list[Conversation]:  # fmt: skip
