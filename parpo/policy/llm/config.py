@@ -38,6 +38,11 @@ class LLMPolicyConfig(StrictModel):
         description="text every call starts with, forced rather than sampled (not a policy token); "
         '\'{"tool": "\' keeps a small model on JSON',
     )
+    constrained_decoding: bool = Field(
+        False,
+        description="mask the tokens that cannot continue a valid action (the action JSON Schema, tool "
+        "first) or finish one within the turn's budget (hf engine; the trainer scores under the same masks)",
+    )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
     personal_features: bool = Field(
         True,
@@ -51,6 +56,16 @@ class LLMPolicyConfig(StrictModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' dtype")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
     lora: LoraConfig = LoraConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> LLMPolicyConfig:
+        if self.constrained_decoding:
+            from parpo.policy.llm.constrain import prefix_error
+
+            error = prefix_error(self.call_prefix)
+            if error:
+                raise ValueError(error)
+        return self
 
 
 class LLMTrainLoopConfig(StrictModel):

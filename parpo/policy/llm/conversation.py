@@ -85,7 +85,11 @@ class ChatFormat:
 
     def budget(self, conv: Conversation) -> int:
         """New tokens the next turn may generate (0: no room left)."""
-        return max(0, min(self.max_new_tokens, self.max_context - len(conv.ids)))
+        return self.budget_at(len(conv.ids))
+
+    def budget_at(self, start: int) -> int:
+        """New tokens a turn whose prompt is ``start`` tokens long may generate."""
+        return max(0, min(self.max_new_tokens, self.max_context - start))
 
     def extend(self, conv: Conversation, gen: Sequence[int], logp: Sequence[float]) -> Conversation:
         """``conv`` with one turn's generated tokens [G] and their engine log-probs [G] appended."""
