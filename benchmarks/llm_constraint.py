@@ -8,7 +8,8 @@ sampled at temperature 1 (seeded), float32 on CPU. A constrained row stops as so
 complete, so whole-call times differ for that reason too: the comparison is per decoding step
 (``s_per_step``: the call's wall time over its longest row, the steps ``generate`` ran), and
 ``mask_s``, the time spent in the constraint's logits processor itself (``mask_share`` of the
-constrained call's wall time), which the load of a shared machine disturbs less.
+constrained call's wall time, ``mask_ms_per_step`` per decoding step), which the load of a shared
+machine disturbs less. Wall times include the prompts' prefill.
 ``build_s``: building the constraint over the vocabulary (once per policy). ``valid_rate``:
 calls that parse to a typed action (``parse.parse_call``). Prints one JSON line per model with
 medians and ``step_slowdown`` (constrained / free ``s_per_step``).
@@ -103,6 +104,7 @@ def run(model_dir: str, a: argparse.Namespace) -> dict[str, object]:
         **{k: {m: round(x, 4) for m, x in v.items()} for k, v in med.items()},
         "step_slowdown": round(med["constrained"]["s_per_step"] / med["free"]["s_per_step"], 3),
         "mask_share": round(med["constrained"]["mask_s"] / med["constrained"]["wall_s"], 3),
+        "mask_ms_per_step": round(1000 * med["constrained"]["mask_s"] / med["constrained"]["steps"], 2),
     }  # fmt: skip
 
 
