@@ -23,6 +23,7 @@ from torch import Tensor
 from parpo.env.cache import BoundedCache
 from parpo.env.catalogue import FEATURES, Catalogue
 from parpo.env.observation import Observation
+from parpo.env.personal import PERSONAL_FEATURES, PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.memory.policy_memory import SKILL_FEATURES, PolicyMemory
 from parpo.policy.tokens import choice_masks, history_codes
@@ -31,36 +32,6 @@ N_REQUEST = 5
 HISTORY = 8
 #: Cached user vectors (least recently used evicted past this): serving sees endless user ids.
 USER_CACHE_LIMIT = 100_000
-#: The reward model's view of a candidate for this user (``personal_table``).
-PERSONAL_FEATURES: tuple[str, ...] = ("rm_interest_pct", "rm_interest_z", "rm_conformity_z", "rm_scored")
-#: Neutral values of an item the reward model cannot score (median, mean, mean, not scored).
-NEUTRAL = np.array([0.5, 0.0, 0.0, 0.0], dtype=np.float32)
-#: Cached per-user tables hold at most this many cells (users x items x features) in all.
-PERSONAL_CACHE_CELLS = 1 << 24
-#: Scores per reward-model call when building tables (users x catalogue items), so many users
-#: against a large catalogue stay a few MiB at a time.
-PERSONAL_MAX_PAIRS = 1 << 21
-
-
-def personal_table(interest: np.ndarray, conformity: np.ndarray, scored: np.ndarray) -> np.ndarray:
-    """[n_items, 4] float32 ``PERSONAL_FEATURES`` of one user from the reward model's scores of
-    every catalogue item ([n_items] each; ``scored`` false where the model has no vector).
-
-    Percentile: rank of the interest among the scored items in [0, 1] (ties share the lower
-    rank), so it means the same for every user whatever the scale of their scores; z-scores
-    standardise over the scored items. Unscored items get ``NEUTRAL``.
-    """
-    out = np.tile(NEUTRAL, (interest.size, 1))
-    s = np.flatnonzero(scored)
-    if s.size == 0:
-        return out
-    vi, vc = interest[s].astype(np.float64), conformity[s].astype(np.float64)
-    below = np.searchsorted(np.sort(vi), vi, side="left")
-    out[s, 0] = below / max(s.size - 1, 1)
-    out[s, 1] = (vi - vi.mean()) / (vi.std() or 1.0)
-    out[s, 2] = (vc - vc.mean()) / (vc.std() or 1.0)
-    out[s, 3] = 1.0
-    return out
 
 
 class Featurizer:
@@ -84,9 +55,7 @@ class Featurizer:
         self._users: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
             USER_CACHE_LIMIT
         )
-        self._personal: BoundedCache[tuple[str, tuple[str, ...] | None], np.ndarray] = BoundedCache(
-            max(1, PERSONAL_CACHE_CELLS // max(len(catalogue) * len(PERSONAL_FEATURES), 1))
-        )
+        self._personal = PersonalTables(reward_model, catalogue)
         price = np.nan_to_num(catalogue.price, nan=0.0)
         self._max_price = float(price.max(initial=0.0))
         self._log_max_price = float(np.log1p(self._max_price)) or 1.0
@@ -108,26 +77,10 @@ class Featurizer:
         )
         return np.stack(vecs)
 
-    def _personal_tables(self, todo: Sequence[tuple[str, tuple[str, ...] | None]]) -> list[np.ndarray]:
-        """One ``personal_table`` per (user, profile): ``score_matrix`` of users x the whole
-        catalogue, at most ``PERSONAL_MAX_PAIRS`` scores per call."""
-        items = list(self.catalogue.item_ids)
-        per_call = max(1, PERSONAL_MAX_PAIRS // max(len(items), 1))
-        out = []
-        for start in range(0, len(todo), per_call):
-            chunk = todo[start : start + per_call]
-            prof = {u: list(p) for u, p in chunk if p is not None}
-            s = self.reward_model.score_matrix([u for u, _ in chunk], items, prof or None)
-            out += [
-                personal_table(s["interest"][j], s["conformity"][j], ~s["cold_item"])
-                for j in range(len(chunk))
-            ]
-        return out
-
     def personal_tables(self, observations: Sequence[Observation]) -> list[np.ndarray]:
-        """[n_items, 4] ``PERSONAL_FEATURES`` per observation; warm users' tables are cached."""
-        keys = [(o.task.user_id, o.task.profile) for o in observations]
-        return self._personal.lookup(keys, self._personal_tables, keep=lambda k: k[1] is None)
+        """[n_items, 4] ``PERSONAL_FEATURES`` per observation (``parpo.env.personal``); warm users'
+        tables are cached."""
+        return self._personal.lookup([(o.task.user_id, o.task.profile) for o in observations])
 
     def encode(self, observations: Sequence[Observation]) -> dict[str, Tensor]:
         b, n, f = len(observations), self.max_candidates, len(self.features)

@@ -48,7 +48,8 @@ class HandReward:
         self, user_ids: Sequence[str], slates: Sequence[Sequence[str]], profiles: Any = None
     ) -> np.ndarray:
         self.calls.append((list(user_ids), [list(s) for s in slates], profiles))
-        return np.array([np.mean([self.VALUES[i] for i in s]) for s in slates])
+        # an empty slate (every item unknown) is worth 0, as the RewardModel protocol says
+        return np.array([np.mean([self.VALUES[i] for i in s]) if s else 0.0 for s in slates])
 
     def score(
         self, user_ids: Sequence[str], item_ids: Sequence[str], profiles: Any = None

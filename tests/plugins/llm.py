@@ -31,7 +31,7 @@ def build_tiny_llm(path: Path, *, seed: int = 0) -> Path:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    corpus = [system_message()["content"], json.dumps(action_json_schema()), *map(json.dumps, CALLS)] * 4
+    corpus = [system_message(False)["content"], json.dumps(action_json_schema()), *map(json.dumps, CALLS)] * 4
     trainer = trainers.BpeTrainer(
         vocab_size=384,
         special_tokens=["<pad>", "<|im_start|>", "<|im_end|>"],

@@ -10,6 +10,7 @@ module                        holds
 ``conversation``              one episode as one token sequence; context cuts
 ``parse``                     text -> typed action, or the text for the env's invalid-call path
 ``engine``                    rollout engines (``ENGINES``: ``hf``; ``vllm`` later)
+``constrain``                 constrained decoding: token masks that keep each call a valid action
 ``logprobs``                  padded episode batches, the trainer's token log-probs
 ``model``                     loading, saving, LoRA and the base model's sha256 check
 ``policy``                    ``LLMPolicy`` (the ``Policy`` interface)

@@ -38,13 +38,34 @@ class LLMPolicyConfig(StrictModel):
         description="text every call starts with, forced rather than sampled (not a policy token); "
         '\'{"tool": "\' keeps a small model on JSON',
     )
+    constrained_decoding: bool = Field(
+        False,
+        description="mask the tokens that cannot continue a valid action (the action JSON Schema, tool "
+        "first) or finish one within the turn's budget (hf engine; the trainer scores under the same masks)",
+    )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
+    personal_features: bool = Field(
+        True,
+        description="show the reward model's view of each candidate for the user (interest percentile, "
+        "interest and conformity z-scores, scored flag) in tool results; false for the ablation "
+        "(policies saved before the option existed load with false)",
+    )
     profile_items: int = Field(50, ge=1, description="items of highest interest the profile summary reads")
     profile_categories: int = Field(3, ge=0, description="top categories named in the profile summary")
     profile_attributes: int = Field(5, ge=0, description="top attributes named in the profile summary")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' dtype")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
     lora: LoraConfig = LoraConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> LLMPolicyConfig:
+        if self.constrained_decoding:
+            from parpo.policy.llm.constrain import prefix_error
+
+            error = prefix_error(self.call_prefix)
+            if error:
+                raise ValueError(error)
+        return self
 
 
 class LLMTrainLoopConfig(StrictModel):

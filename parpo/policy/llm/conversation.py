@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from parpo.env.observation import Observation
 from parpo.policy.llm.profile import Profile
 from parpo.policy.llm.prompt import assistant_message, system_message, tool_message, user_message
@@ -34,7 +36,8 @@ class Conversation:
     engine's log-prob of each generated token (0 elsewhere); ``prompt_text``: the chat text the
     last prompt encodes, without the call prefix (what the template's next message is appended
     to); ``cut``: candidates left out of tool results to fit the context; ``texts``: the calls,
-    one per turn (call prefix + decoded generated tokens)."""
+    one per turn (call prefix + decoded generated tokens); ``personal``: the user's personal table
+    [n_items, 4] its tool results show (None: off)."""
 
     messages: list[dict[str, str]]
     ids: list[int]
@@ -43,18 +46,20 @@ class Conversation:
     prompt_text: str
     cut: int = 0
     texts: list[str] = field(default_factory=list)
+    personal: np.ndarray | None = None
 
     def copy(self) -> Conversation:
         return Conversation(list(self.messages), list(self.ids), list(self.mask), list(self.logp),
-                            self.prompt_text, self.cut, list(self.texts))  # fmt: skip
+                            self.prompt_text, self.cut, list(self.texts), self.personal)  # fmt: skip
 
 
 class ChatFormat:
     """Renders and tokenises conversations for one tokenizer and context size."""
 
     def __init__(self, tokenizer: Any, max_context: int, max_new_tokens: int, top_candidates: int,
-                 stop_ids: Sequence[int], call_prefix: str = "") -> None:  # fmt: skip
+                 stop_ids: Sequence[int], call_prefix: str = "", personal: bool = False) -> None:  # fmt: skip
         self.tok, self.max_context, self.max_new_tokens = tokenizer, max_context, max_new_tokens
+        self.personal = personal  # the rules explain the personal scores of tool results
         self.top_candidates, self.stop_ids = top_candidates, frozenset(stop_ids)
         self.template = getattr(tokenizer, "chat_template", None) or DEFAULT_TEMPLATE
         # Forced at the start of every call (after the generation prompt), never sampled.
@@ -71,15 +76,20 @@ class ChatFormat:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-    def start(self, obs: Observation, profile: Profile) -> Conversation:
-        messages = [system_message(), user_message(obs, profile)]
+    def start(self, obs: Observation, profile: Profile, personal: np.ndarray | None = None) -> Conversation:
+        """The first prompt; ``personal``: the user's personal table its tool results will show."""
+        messages = [system_message(self.personal), user_message(obs, profile)]
         text = self.text(messages, True)
         ids = self.encode(text) + self.prefix_ids
-        return Conversation(messages, ids, [False] * len(ids), [0.0] * len(ids), text)
+        return Conversation(messages, ids, [False] * len(ids), [0.0] * len(ids), text, personal=personal)
 
     def budget(self, conv: Conversation) -> int:
         """New tokens the next turn may generate (0: no room left)."""
-        return max(0, min(self.max_new_tokens, self.max_context - len(conv.ids)))
+        return self.budget_at(len(conv.ids))
+
+    def budget_at(self, start: int) -> int:
+        """New tokens a turn whose prompt is ``start`` tokens long may generate."""
+        return max(0, min(self.max_new_tokens, self.max_context - start))
 
     def extend(self, conv: Conversation, gen: Sequence[int], logp: Sequence[float]) -> Conversation:
         """``conv`` with one turn's generated tokens [G] and their engine log-probs [G] appended."""
@@ -107,7 +117,7 @@ class ChatFormat:
         n = min(self.top_candidates, len(obs.candidates)) if obs.history[-1].valid else 0
         room = self.max_context - self.max_new_tokens - len(conv.ids)
         for shown in range(n, -1, -1):
-            message = tool_message(obs, shown)
+            message = tool_message(obs, shown, conv.personal)
             full = self.text([*conv.messages, message], True)
             cut = len(base) if full.startswith(base) else len(os.path.commonprefix([base, full]))
             delta = self.encode(tail + full[cut:]) + self.prefix_ids

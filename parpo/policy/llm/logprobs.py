@@ -31,21 +31,26 @@ def pad_batch(convs: Sequence[Conversation], pad_id: int) -> dict[str, Tensor]:
     return {"ids": ids, "attention": attn, "mask": mask, "rollout_logp": logp}
 
 
-def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor,
-                   temperature: float) -> tuple[Tensor, Tensor]:  # fmt: skip
+def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, temperature: float,
+                   allowed: Tensor | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """``logp`` [B, L]: log p(ids[:, j] | ids[:, <j]) at ``temperature`` where ``mask`` [B, L] is
     set (0 elsewhere, and at j = 0), and the entropies [B, L] of those next-token distributions,
     both float32. Only masked positions reach the vocabulary-wide softmax (its memory is the
-    generated tokens', not the prompts').
+    generated tokens', not the prompts'). ``allowed`` [N, V] bool (N masked positions j >= 1,
+    row-major): constrained decoding's masks, so the distribution is the one sampled from.
 
     Positions count attended tokens only (as ``generate`` does with left padding), so the values
     do not depend on how a batch was padded."""
     pos = (attention.cumsum(-1) - 1).clamp(min=0)
     hidden_logits = model(input_ids=ids, attention_mask=attention, position_ids=pos).logits[:, :-1]
     sel = mask[:, 1:]
-    lp = torch.log_softmax(hidden_logits[sel].float() / temperature, dim=-1)  # [N, V]
+    logits = hidden_logits[sel].float() / temperature  # [N, V]
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+    lp = torch.log_softmax(logits, dim=-1)
     picked = lp.gather(-1, ids[:, 1:][sel].unsqueeze(-1)).squeeze(-1)
-    ent = -(lp.exp() * lp).sum(-1)
+    # masked tokens: exp(-inf) * -inf would be nan; clamped, they add 0
+    ent = -(lp.exp() * lp.clamp(min=torch.finfo(lp.dtype).min)).sum(-1)
     logp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
     entropy = torch.zeros_like(logp)
     logp[:, 1:][sel] = picked

@@ -53,16 +53,22 @@ def _dtype(name: str) -> Any:
 
 def load_pretrained(path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) from a local folder; a folder without a model is one line."""
+    from transformers import AutoTokenizer
+
+    model = load_model(path, dtype)
+    return model, AutoTokenizer.from_pretrained(Path(path), local_files_only=True)
+
+
+def load_model(path: str | Path, dtype: str = "float32") -> Any:
+    """The model alone (a policy folder keeps its tokenizer apart); a folder without one is one line."""
     require_llm_extra()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     root = Path(path)
     if not (root / "config.json").is_file():
         raise UserError(f"{root}: no model here (config.json missing); --model names a local Hugging Face "
                         "model folder (no hub access at run time)")  # fmt: skip
-    tok = AutoTokenizer.from_pretrained(root, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(root, dtype=_dtype(dtype), local_files_only=True)
-    return model, tok
+    return AutoModelForCausalLM.from_pretrained(root, dtype=_dtype(dtype), local_files_only=True)
 
 
 def gguf_to_folder(gguf: str | Path, out: str | Path) -> Path:
@@ -123,11 +129,11 @@ def load(directory: str | Path) -> tuple[Any, Any, LLMPolicyConfig, dict[str, st
     meta = json.loads((d / META).read_text())
     if meta.get("format") != FORMAT:
         raise UserError(f"{d}: llm policy format {meta.get('format')!r}; this version reads format {FORMAT}")
-    cfg = LLMPolicyConfig.model_validate(meta["config"])
+    # Policies saved before ``personal_features`` existed were prompted without them.
+    cfg = LLMPolicyConfig.model_validate({"personal_features": False, **meta["config"]})
     tok = AutoTokenizer.from_pretrained(d / TOKENIZER, local_files_only=True)
     if not meta["lora"]:
-        model, _ = load_pretrained(d / MODEL, cfg.dtype)
-        return model, tok, cfg, None
+        return load_model(d / MODEL, cfg.dtype), tok, cfg, None
     base = meta["base"]
     where = Path(base["path"])
     found = weights_sha256(where) if (where / "config.json").is_file() else None
@@ -137,5 +143,5 @@ def load(directory: str | Path) -> tuple[Any, Any, LLMPolicyConfig, dict[str, st
                         f"but {where} {state}")  # fmt: skip
     from peft import PeftModel
 
-    model, _ = load_pretrained(where, cfg.dtype)
+    model = load_model(where, cfg.dtype)
     return PeftModel.from_pretrained(model, d / ADAPTER, is_trainable=True), tok, cfg, base

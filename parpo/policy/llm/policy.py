@@ -17,18 +17,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from parpo.env.catalogue import Catalogue
 from parpo.env.environment import BatchEnv
 from parpo.env.observation import Call, Observation
+from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Recommend, action_to_json
 from parpo.env.tasks import Task
 from parpo.policy.base import ActOutput
 from parpo.policy.llm import model as lm
 from parpo.policy.llm.config import LLMPolicyConfig
+from parpo.policy.llm.constrain import ToolCallConstraint, token_texts
 from parpo.policy.llm.conversation import ChatFormat, Conversation
 from parpo.policy.llm.engine import ENGINES
 from parpo.policy.llm.logprobs import pad_batch, token_logprobs
@@ -71,12 +74,17 @@ class LLMPolicy:
         self.temperature = cfg.temperature
         stop = stop_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
-        self.chat = ChatFormat(
-            tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop, cfg.call_prefix
+        self.chat = ChatFormat(tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop,
+                               cfg.call_prefix, cfg.personal_features)  # fmt: skip
+        self.constraint = (
+            ToolCallConstraint(token_texts(tokenizer, model.config.vocab_size), stop, cfg.call_prefix)
+            if cfg.constrained_decoding
+            else None
         )
-        self.engine = ENGINES[cfg.engine](model, self.pad_id, stop)
+        self.engine = ENGINES[cfg.engine](model, self.pad_id, stop, constraint=self.constraint)
         self.profiler = Profiler(reward_model, catalogue, cfg.profile_items, cfg.profile_categories,
                                  cfg.profile_attributes)  # fmt: skip
+        self.personal = PersonalTables(reward_model, catalogue) if cfg.personal_features else None
         self._pending: OrderedDict[tuple[Any, ...], list[tuple[Any, Conversation]]] = OrderedDict()
 
     @classmethod
@@ -99,7 +107,12 @@ class LLMPolicy:
     # -- turns ---------------------------------------------------------------------------
     def start(self, observations: Sequence[Observation]) -> list[Conversation]:
         profiles = self.profiler.profiles([o.task for o in observations])
-        return [self.chat.start(o, p) for o, p in zip(observations, profiles, strict=True)]
+        tables = (
+            self.personal.lookup([(o.task.user_id, o.task.profile) for o in observations])
+            if self.personal is not None
+            else [None] * len(observations)
+        )
+        return [self.chat.start(o, p, t) for o, p, t in zip(observations, profiles, tables, strict=True)]
 
     def turn(self, convs: Sequence[Conversation], *, greedy: bool = False,
              generator: torch.Generator | None = None) -> list[Conversation]:  # fmt: skip
@@ -177,6 +190,31 @@ class LLMPolicy:
         logp = torch.where(mask, inputs["rollout_logp"].gather(1, cols), 0.0)
         return ActOutput(actions, inputs, tokens, logp, mask)
 
+    def allowed_masks(self, ids: Tensor, generated: Tensor, sel: Tensor) -> Tensor | None:
+        """[N, V] bool: the constraint's mask at each position (b, j >= 1) where ``sel`` [B, L] is
+        set, row-major (``token_logprobs``' order), replayed per turn from the generated runs of
+        ``generated`` [B, L] and each turn's budget; None without constrained decoding."""
+        if self.constraint is None:
+            return None
+        gen, want = generated.cpu().tolist(), sel.cpu().tolist()
+        rows = []
+        for b, toks in enumerate(ids.cpu().tolist()):
+            j = 1
+            while j < len(toks):
+                if not gen[b][j]:
+                    j += 1
+                    continue
+                end = j
+                while end < len(toks) and gen[b][end]:
+                    end += 1
+                picked = [k for k in range(j, end) if want[b][k]]
+                if picked:
+                    masks = self.constraint.turn_masks(toks[j : picked[-1] + 1], self.chat.budget_at(j))
+                    rows.append(masks[[k - j for k in picked]])
+                j = end
+        size = self.constraint.size
+        return torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, size), dtype=bool))
+
     def logprobs(self, inputs: dict[str, Tensor], tokens: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probs and entropies [B, G] of ``act``'s generated tokens under the current weights."""
         dev = self.device
@@ -186,7 +224,8 @@ class LLMPolicy:
             max=ids.shape[1] - 1
         )
         sel = torch.zeros_like(ids, dtype=torch.bool).scatter(1, cols, True) & inputs["mask"].to(dev)
-        logp, ent = token_logprobs(self.model, ids, attn, sel, self.temperature)
+        allowed = self.allowed_masks(ids, inputs["mask"], sel)
+        logp, ent = token_logprobs(self.model, ids, attn, sel, self.temperature, allowed)
         return logp.gather(1, cols), ent.gather(1, cols)
 
     def sample_slates(self, env: BatchEnv, tasks: Sequence[Task], n: int, *,

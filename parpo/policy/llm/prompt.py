@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from parpo.env.observation import Observation
 from parpo.env.schema import action_json_schema
 from parpo.policy.llm.profile import Profile
@@ -26,6 +28,13 @@ RULES = (
     "slate (best first). Candidates are named by short ids (c1 is the best-ranked of the latest "
     "result); recommend them by those ids."
 )
+#: Appended to ``RULES`` when tool results carry the reward model's view of each candidate.
+PERSONAL_RULES = (
+    " Each candidate also carries the preference model's view of it for this user: interest_pct "
+    "(its percentile of the user's predicted interest among all items, 1 is the highest), "
+    "interest_z and conformity_z (z-scores of the predicted interest and of the item's appeal to "
+    "the crowd), scored (false: the model knows nothing of the item and the values are neutral)."
+)
 
 
 def _dumps(data: Any) -> str:
@@ -37,8 +46,10 @@ def short_id(rank: int) -> str:
     return f"c{rank + 1}"
 
 
-def system_message() -> dict[str, str]:
-    return {"role": "system", "content": RULES.format(schema=_dumps(action_json_schema()))}
+def system_message(personal: bool) -> dict[str, str]:
+    """The rules and the schema; ``personal``: tool results carry the reward model's view."""
+    rules = RULES.format(schema=_dumps(action_json_schema()))
+    return {"role": "system", "content": rules + (PERSONAL_RULES if personal else "")}
 
 
 def user_message(obs: Observation, profile: Profile) -> dict[str, str]:
@@ -52,15 +63,16 @@ def user_message(obs: Observation, profile: Profile) -> dict[str, str]:
     return {"role": "user", "content": _dumps(data)}
 
 
-def tool_result(obs: Observation, shown: int) -> dict[str, Any]:
-    """The result of ``obs``'s latest call as JSON data, with the ``shown`` best candidates.
+def tool_result(obs: Observation, shown: int, personal: np.ndarray | None = None) -> dict[str, Any]:
+    """The result of ``obs``'s latest call as JSON data, with the ``shown`` best candidates
+    (with the reward model's view of each given the user's ``personal`` table [n_items, 4]).
 
     ``truncated``: candidates of the list left out to fit the context (beyond ``shown``)."""
     last = obs.history[-1]
     left = obs.max_steps - obs.step
     if not last.valid:
         return {"ok": False, "error": last.error, "calls_left": left}
-    cands = obs.to_json()["candidates"]
+    cands = obs.to_json(personal)["candidates"]
     rows = [
         {"id": short_id(r), **{k: v for k, v in c.items() if k != "item_id"}} for r, c in enumerate(cands)
     ]
@@ -68,8 +80,8 @@ def tool_result(obs: Observation, shown: int) -> dict[str, Any]:
             "candidates": rows[:shown]}  # fmt: skip
 
 
-def tool_message(obs: Observation, shown: int) -> dict[str, str]:
-    return {"role": TOOL_ROLE, "content": _dumps(tool_result(obs, shown))}
+def tool_message(obs: Observation, shown: int, personal: np.ndarray | None = None) -> dict[str, str]:
+    return {"role": TOOL_ROLE, "content": _dumps(tool_result(obs, shown, personal))}
 
 
 def assistant_message(text: str) -> dict[str, str]:

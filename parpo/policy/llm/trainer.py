@@ -44,7 +44,10 @@ def behaviour_logprobs(policy: LLMPolicy, batch: dict[str, Tensor], micro_batch_
     out = torch.zeros_like(batch["rollout_logp"])
     for idx in torch.arange(out.shape[0]).split(micro_batch_size):
         x = _rows(batch, idx, policy.device)
-        logp, _ = token_logprobs(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature)
+        allowed = policy.allowed_masks(x["ids"], x["mask"], x["mask"])
+        logp, _ = token_logprobs(
+            policy.model, x["ids"], x["attention"], x["mask"], policy.temperature, allowed
+        )
         out[idx, : logp.shape[1]] = logp.cpu()
     return out
 
@@ -53,7 +56,8 @@ def episode_loss(policy: LLMPolicy, x: dict[str, Tensor], adv: Tensor, cfg: LLMT
                  n_tokens: Tensor, n_seqs: int) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
     """``LOSSES[cfg.loss.name]`` of a micro-batch of episodes ``x`` (``_rows``; with ``old_logp``
     and, under TIS, ``is_weights``) with advantages ``adv`` [b], over their generated tokens."""
-    logp, ent = token_logprobs(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature)
+    allowed = policy.allowed_masks(x["ids"], x["mask"], x["mask"])
+    logp, ent = token_logprobs(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature, allowed)
     loss, metrics = compute_loss(
         logp, x["old_logp"], adv.to(logp.device), x["mask"], cfg.loss,
         is_weights=x.get("is_weights"), n_tokens=n_tokens, n_seqs=n_seqs,

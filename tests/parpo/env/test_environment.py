@@ -12,8 +12,10 @@ import pytest
 
 from parpo.env import BatchEnv, Constraints, EnvConfig, Environment, Filter, Recommend, Request, Search, Task
 from parpo.env.catalogue import FEATURES
+from parpo.env.observation import PERSONAL_KEYS
+from parpo.env.personal import PersonalTables
 from parpo.env.schema import action_to_json
-from tests.plugins.envs import HandReward, hand_catalogue
+from tests.plugins.envs import HandReward, HandUsers, hand_catalogue
 
 CFG = EnvConfig(k=3, max_steps=4)
 REQ = Request(category="a", constraints=Constraints(price_max=25))
@@ -225,3 +227,28 @@ def test_observation_renders_as_json_without_the_target():
     assert data["history"] == [{"action": action_to_json(SEARCH), "valid": True, "error": None}]
     assert "b1" not in json.dumps(data)
     assert obs.features.shape == (2, len(FEATURES))
+
+
+class WithoutA2(HandUsers):
+    """The hand reward model with no vector for item a2 (it cannot score it)."""
+
+    VALUES = {k: v for k, v in HandUsers.VALUES.items() if k != "a2"}
+
+
+def test_to_json_carries_the_personal_table_when_given():
+    e = env()
+    e.reset(task(target="b1"))
+    obs, *_ = e.step(SEARCH)  # a0, a2
+    (table,) = PersonalTables(WithoutA2(), hand_catalogue()).lookup([("u1", None)])
+    data = json.loads(json.dumps(obs.to_json(table)))
+    # Scored interest b2 0, a0 .2, a1 .4, b0 .8, b1 1 (five items): a0 ranks 1 of 0..4 -> 0.25;
+    # mean .48, population std sqrt(.1376) = .37094: a0 z = -.28 / .37094 = -.755 -> -0.75;
+    # constant conformity standardises to 0; a2 is unscored: the neutral values, scored false.
+    assert data["candidates"][0] == {
+        "item_id": "a0", "category": "a", "price": 10.0, "popularity": 5, "attributes": ["red"],
+        "interest_pct": 0.25, "interest_z": -0.75, "conformity_z": 0.0, "scored": True,
+    }  # fmt: skip
+    assert {k: data["candidates"][1][k] for k in PERSONAL_KEYS} == {
+        "interest_pct": 0.5, "interest_z": 0.0, "conformity_z": 0.0, "scored": False,
+    }  # fmt: skip
+    assert obs.to_json()["candidates"][0].keys().isdisjoint(PERSONAL_KEYS)  # off: catalogue fields only

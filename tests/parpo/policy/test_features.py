@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import parpo.env.personal as personal
 import parpo.policy.features as features
 from parpo.env import EnvConfig, Request, Task
 from parpo.env.environment import BatchEnv
@@ -49,7 +50,7 @@ def test_user_cache_is_bounded_and_keeps_what_the_batch_needs(monkeypatch):
 def test_personal_table_by_hand():
     # Scored interest [3, 1, 5] (item 2 unscored): ranks 1, 0, 2 of 3 -> 0.5, 0, 1;
     # mean 3, population std sqrt(8/3); constant conformity standardises to 0.
-    t = features.personal_table(
+    t = personal.personal_table(
         np.array([3.0, 1.0, 7.0, 5.0]), np.array([2.0, 2.0, 9.0, 2.0]), np.array([True, True, False, True])
     )
     z = 2.0 / np.sqrt(8.0 / 3.0)
@@ -79,7 +80,7 @@ def test_personal_tables_in_bounded_calls_are_the_same(monkeypatch):
     env = BatchEnv(hand_catalogue(), HandUsers(), EnvConfig(k=3, max_steps=3, search_k=6))
     obs = env.reset([Task(f"t{u}", u, Request(), target="a0") for u in ("u1", "u2", "u9")])
     one = Featurizer(HandUsers(), hand_catalogue(), 6, 3, personal=True).personal_tables(obs)
-    monkeypatch.setattr(features, "PERSONAL_MAX_PAIRS", 6)  # one user (six items) per call
+    monkeypatch.setattr(personal, "PERSONAL_MAX_PAIRS", 6)  # one user (six items) per call
     rm = CountingUsers()
     calls = []
     rm.score_matrix = lambda u, i, p=None: calls.append(len(u)) or HandUsers.score_matrix(rm, u, i, p)

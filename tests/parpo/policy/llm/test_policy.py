@@ -218,3 +218,40 @@ def test_a_call_prefix_is_forced_not_sampled(tiny_llm, hand_env) -> None:
         assert c.ids[j - n : j] == policy.chat.prefix_ids and not any(c.mask[j - n : j])
     decoded = policy.tokenizer.decode(c.ids, skip_special_tokens=False)
     assert decoded.startswith(c.prompt_text.split("<|im_start|>tool")[0])
+
+
+def test_personal_scores_switch_off_and_earlier_policies_load_without_them(
+    tiny_llm, hand_env, tmp_path
+) -> None:
+    """``personal_features: false`` (the ablation) shows catalogue fields only and no rule about
+    them; a policy saved before the option existed was prompted without them and loads so."""
+    import json
+
+    from parpo.env.observation import PERSONAL_KEYS
+    from parpo.policy.llm.config import LLMPolicyConfig
+    from parpo.policy.llm.policy import LLMPolicy
+    from parpo.policy.llm.prompt import PERSONAL_RULES
+    from tests.plugins.envs import HandUsers, hand_catalogue
+
+    cfg = LLMPolicyConfig(model=str(tiny_llm), max_new_tokens=40, top_candidates=4, personal_features=False)
+    policy = LLMPolicy.create(cfg, HandUsers(), hand_catalogue())
+    policy.engine = ScriptedEngine(policy.tokenizer, ['{"tool": "search", "category": "a", "k": 6}'])
+    obs = hand_env.reset(hand_tasks()[:1])
+    obs, *_ = hand_env.step(policy.act(obs).actions)
+    conv = policy.conversations(obs)[0]
+    assert PERSONAL_RULES not in conv.messages[0]["content"]
+    first = json.loads(conv.messages[-1]["content"])["candidates"][0]
+    assert first == {
+        "id": "c1",
+        "category": "a",
+        "price": 30.0,
+        "popularity": 9,
+        "attributes": ["red", "big"],
+    }
+    policy.save(tmp_path / "pol")
+    meta = json.loads((tmp_path / "pol" / "llm.json").read_text())
+    del meta["config"]["personal_features"]
+    (tmp_path / "pol" / "llm.json").write_text(json.dumps(meta))
+    loaded = LLMPolicy.load(tmp_path / "pol", HandUsers(), hand_catalogue())
+    assert loaded.cfg.personal_features is False and loaded.personal is None
+    assert not set(PERSONAL_KEYS) & set(loaded.conversations(obs)[0].messages[-1]["content"].split('"'))
