@@ -75,11 +75,14 @@ VARIANTS = {
             "train.select=auto",
         ],
     ),
-    # candidate: conformity explained by popularity only, no cause-term decay, L2 on the id rows
+    # candidate (on the v2 preset): conformity explained by popularity only, no cause-term decay, L2 on the id rows
     "dice_pop": (
         "dice",
         [
             "model.conformity=popularity",
+            "exposure.pointwise=0",
+            "train.batch_size=8192",
+            "train.select=auto",
             "sampler.loss_decay=1",
             "train.reg=1.0",
             "model.dim=128",

@@ -72,6 +72,13 @@ class ModelConfig(StrictModel):
         16, ge=2, description="conformity: popularity buckets floor(log2(1 + distinct train users)), capped"
     )
 
+    @model_validator(mode="after")
+    def _scalar_on_mf(self) -> ModelConfig:
+        # LightGCN mixes user conformity rows into the items': the score is no longer c_u * level(i)
+        if self.conformity == "scalar" and self.backbone != "mf":
+            raise ValueError("model.conformity scalar needs model.backbone mf (lightgcn propagates the levels)")
+        return self
+
 
 class ExposureConfig(StrictModel):
     """Exposure-aware training (``reward_models.exposure``): impressions (shown, never a positive of

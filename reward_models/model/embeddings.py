@@ -228,13 +228,21 @@ class CausalEmbeddings(nn.Module):
         """Set the id tables from scored rows user [n_users, nb * d], item [n_items, nb * d] (a warm
         start; feature rows are zero then, so ``composed`` returns these rows). With popularity
         conformity each bucket's row is the mean conformity row of its items (0 when empty); fixed
-        levels stay as they are."""
+        levels stay as they are and each user's coefficient is fitted to the given rows' conformity
+        scores (least squares over the items)."""
         self.user.copy_(user)
         if self.item_buckets is None:
             self.item.copy_(item)
             return
         self.item.copy_(item[:, : self.dim])
         if self.fixed_levels:
+            # c_u: the least-squares fit of the base's conformity scores by c_u * level(i) over
+            # every item (exact when the base had scalar conformity too); other coordinates 0
+            levels = self.item_pop[self.item_buckets, 0].to(item.dtype)
+            proj = (levels[:, None] * item[:, self.dim :]).sum(0) / levels.pow(2).sum().clamp(min=1e-12)
+            con = torch.zeros_like(user[:, self.dim :])
+            con[:, 0] = user[:, self.dim :] @ proj
+            self.user[:, self.dim :].copy_(con)
             return
         sums = torch.zeros_like(self.item_pop).index_add_(0, self.item_buckets, item[:, self.dim :])
         counts = torch.bincount(self.item_buckets, minlength=self.item_pop.shape[0]).clamp(min=1)

@@ -159,5 +159,25 @@ def test_scalar_conformity_is_a_user_coefficient_times_a_fixed_popularity_level(
     g = m.user.grad[:, 4:]
     assert float(g[:, 1:].abs().sum()) == 0.0 and float(g[0, 0]) == pytest.approx(0.5)
     # a warm start sets the users' and the interest rows; the levels stay
-    m.set_rows(torch.randn(3, 8), torch.randn(5, 8))
-    torch.testing.assert_close(m.export()["item_conformity"][:, 0], levels)
+    user, item = torch.randn(3, 8), torch.randn(5, 8)
+    item[:, 4:] = 0.0
+    item[:, 4] = 2.0 * levels  # the base's conformity: twice these levels
+    m.set_rows(user, item)
+    exp = m.export()
+    torch.testing.assert_close(exp["item_conformity"][:, 0], levels)
+    torch.testing.assert_close(exp["item_interest"], item[:, :4])
+    # c_u reproduces the base's conformity scores: 2 * the base user's first coordinate, the rest 0
+    torch.testing.assert_close(exp["user_conformity"][:, 0], 2.0 * user[:, 4])
+    assert float(exp["user_conformity"][:, 1:].abs().sum()) == 0.0
+    # from free conformity rows: the least-squares c_u of u_con . i_con over the items
+    free = torch.randn(5, 8)
+    m.set_rows(user, free)
+    want = (free[:, 4:] @ user[:, 4:].T * levels[:, None]).sum(0) / levels.pow(2).sum()
+    torch.testing.assert_close(m.export()["user_conformity"][:, 0], want)
+
+
+def test_scalar_conformity_needs_the_mf_backbone():
+    from reward_models.config import ModelConfig
+
+    with pytest.raises(ValueError, match="scalar needs model.backbone mf"):
+        ModelConfig(conformity="scalar", backbone="lightgcn")

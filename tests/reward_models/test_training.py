@@ -77,6 +77,42 @@ def test_pointwise_exposure_term_trains_the_click_score_and_is_logged(tiny_synth
     assert not torch.equal(runs[0.0].tables["item_interest"], runs[5.0].tables["item_interest"])
 
 
+def test_pointwise_exposure_piece_is_the_log_loss_of_the_batchs_clicked_and_passed_pairs(tiny_synth):
+    from reward_models.losses import exposure_pointwise
+    from reward_models.training.datamodule import make_stream
+    from reward_models.training.module import RewardModule
+
+    cfg = reward_config("exposure.pointwise=2", "stage1.enabled=false")
+    data = load_training_data(cfg, Dataset(tiny_synth))
+    batch = next(iter(make_stream(data, cfg)))
+    imp = batch["impression"]
+    assert imp.any() and (~imp).any()  # sampled triples first, then the impressions
+    module = RewardModule(data, cfg)
+    b0 = float(module.exposure_bias)
+    assert b0 == pytest.approx(math.log(data.n_train / data.exposure.n_train))
+    loss = module.training_step(batch, 0)
+    with torch.no_grad():
+        t = module.model.tables()
+        u = batch["user"]
+
+        def click(users, items):
+            return (t.user_all[users] * t.item_all[items]).sum(1)
+
+        want = exposure_pointwise(
+            click(u[~imp], batch["pos"][~imp]) + b0,
+            click(u[imp], batch["neg"][imp]) + b0,
+            float(batch["norm"]),
+        )
+    piece = module._epoch_loss[0].index("loss/exposure_pointwise")
+    assert float(module._epoch_loss[1][piece]) == pytest.approx(float(want), rel=1e-5)
+    loss.backward()
+    assert module.exposure_bias.grad is not None and float(module.exposure_bias.grad) != 0.0
+    # the same batch without the term: the total differs by exactly 2 x the piece
+    off = RewardModule(data, reward_config("stage1.enabled=false", "exposure.pointwise=0"))
+    assert off.exposure_bias is None
+    assert float(loss) - float(off.training_step(batch, 0)) == pytest.approx(2 * float(want), rel=1e-4)
+
+
 @pytest.fixture(scope="module")
 def published(tiny_synth, tmp_path_factory):
     root = tmp_path_factory.mktemp("reward-reg")
