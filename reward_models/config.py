@@ -76,7 +76,9 @@ class ModelConfig(StrictModel):
     def _scalar_on_mf(self) -> ModelConfig:
         # LightGCN mixes user conformity rows into the items': the score is no longer c_u * level(i)
         if self.conformity == "scalar" and self.backbone != "mf":
-            raise ValueError("model.conformity scalar needs model.backbone mf (lightgcn propagates the levels)")
+            raise ValueError(
+                "model.conformity scalar needs model.backbone mf (lightgcn propagates the levels)"
+            )
         return self
 
 
