@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from reward_models.selection import UniformHalf
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # user indices [b] -> scores [b, n_items]
+PairScorer = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (user [P], item [P]) -> scores [P]
 UNIFORM_KS = (5, 10)  # 5: Coat's protocol (its random test is small); 10: the synthetic targets
 UNIFORM_METRICS = tuple(f"{m}@{k}" for k in UNIFORM_KS for m in ("ndcg", "recall", "hit", "mrr"))
 
@@ -206,23 +207,50 @@ def uniform_sets(data: RewardData, uniform: Dataset) -> tuple[Csr, Csr]:
     return csr_from_pairs(pos["u"].to_numpy(), pos["i"].to_numpy(), data.n_users), cand
 
 
+def candidates_topk(
+    pair_scorer: PairScorer, candidates: Csr, users: np.ndarray, k: int, pad: int
+) -> np.ndarray:
+    """Top-k [U, k] of each user's ``candidates`` by ``pair_scorer``, best first, scoring only
+    those pairs; rows with fewer than k candidates are filled with ``pad`` (an index that is no
+    item, so never a positive)."""
+    c = csr_rows(candidates, users)
+    row = c.row_ids()
+    s = np.asarray(pair_scorer(users[row], c.indices), dtype=np.float64)
+    order = np.lexsort((-s, row))  # by row, then best first
+    pos = np.arange(order.size) - c.indptr[row[order]]
+    keep = pos < k
+    out = np.full((users.size, k), pad, dtype=np.int64)
+    out[row[order][keep], pos[keep]] = c.indices[order][keep]
+    return out
+
+
 def users_ranking(
-    scorer: Scorer, data: RewardData, truth: Csr, candidates: Csr, users: np.ndarray, prefix: str
+    scorer: Scorer | None,
+    data: RewardData,
+    truth: Csr,
+    candidates: Csr,
+    users: np.ndarray,
+    prefix: str,
+    pair_scorer: PairScorer | None = None,
 ) -> dict[str, float]:
     """Metrics@5 and @10 of ``users`` [U]: only their ``candidates`` (exposed items) compete, the
-    positives among them are ``truth`` (Csr with n_users rows each)."""
+    positives among them are ``truth`` (Csr with n_users rows each). ``pair_scorer`` (instead of
+    ``scorer``): score only the candidate pairs, not every item (selection during training)."""
     if users.size == 0:
         return {}
     k = max(UNIFORM_KS)
-    topk = np.empty((users.size, k), dtype=np.int64)
-    for s in range(0, users.size, 1024):
-        b = users[s : s + 1024]
-        c = csr_rows(candidates, b)
-        full = np.asarray(scorer(b), dtype=np.float64)
-        masked = np.full(full.shape, -np.inf)  # only the exposed items compete
-        r = c.row_ids()
-        masked[r, c.indices] = full[r, c.indices]
-        topk[s : s + b.size] = topk_from_scores(masked, k, None)
+    if pair_scorer is not None:
+        topk = candidates_topk(pair_scorer, candidates, users, k, data.n_items)
+    else:
+        topk = np.empty((users.size, k), dtype=np.int64)
+        for s in range(0, users.size, 1024):
+            b = users[s : s + 1024]
+            c = csr_rows(candidates, b)
+            full = np.asarray(scorer(b), dtype=np.float64)
+            masked = np.full(full.shape, -np.inf)  # only the exposed items compete
+            r = c.row_ids()
+            masked[r, c.indices] = full[r, c.indices]
+            topk[s : s + b.size] = topk_from_scores(masked, k, None)
     per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=UNIFORM_KS)
     out = {f"{prefix}.{m}": float(np.nanmean(per_user[m])) for m in UNIFORM_METRICS}
     out[f"{prefix}.n_users"] = float(users.size)

@@ -225,10 +225,10 @@ class RewardModule(pl.LightningModule):
         if self.half is not None and self.half.select_users.size:
             h = self.half
 
-            def scorer(users: np.ndarray) -> np.ndarray:
-                return (user[torch.from_numpy(users)] @ item.T).numpy()
+            def pairs(u: np.ndarray, i: np.ndarray) -> np.ndarray:
+                return (user[torch.from_numpy(u)] * item[torch.from_numpy(i)]).sum(1).numpy()
 
-            r = users_ranking(scorer, self.data, h.truth, h.candidates, h.select_users, "half")
+            r = users_ranking(None, self.data, h.truth, h.candidates, h.select_users, "half", pairs)
             out["valid/uniform_ndcg@10"] = r["half.ndcg@10"]
         return out
 
