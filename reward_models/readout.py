@@ -53,6 +53,8 @@ from reward_models.artefact_kind import KIND
 REFERENCE_ITEMS = 4096
 #: Pairs gathered at a time by ``RewardModel.score`` (bounds its memory to a few MiB per branch).
 SCORE_BLOCK = 1 << 16
+# Relative tolerance (of the user's largest |reference score|) within which scores tie.
+TIE_TOL = 1e-6
 # metadata ``model_version`` this code scores (absent: 1). Version 2 (hybrid features, impression
 # negatives) publishes the same composed vectors, so both read alike.
 MODEL_VERSIONS = (1, 2)
@@ -341,8 +343,13 @@ class RewardModel:
         cols = torch.cat([torch.arange(n) for n in lengths.tolist()])
         scores = torch.full((b, width), float("nan"))
         scores[rows, cols] = (u[rows] * iv["interest"]).sum(-1)
-        lo = torch.searchsorted(ref, scores.nan_to_num(0.0).contiguous(), right=False)
-        hi = torch.searchsorted(ref, scores.nan_to_num(0.0).contiguous(), right=True)
+        # Scores within TIE_TOL (relative) of a reference score tie with it: the slate's scores and
+        # the reference come from different kernels and user batches, and items with one vector
+        # (never-trained items read as the mean warm item) tie as a group that rounding would flip.
+        s = scores.nan_to_num(0.0)
+        tol = TIE_TOL * ref.abs().amax(1, keepdim=True).clamp(min=1e-12)
+        lo = torch.searchsorted(ref, (s - tol).contiguous(), right=False)
+        hi = torch.searchsorted(ref, (s + tol).contiguous(), right=True)
         pct = (lo + hi).double() / (2.0 * ref.shape[1])
         pct[rows[torch.from_numpy(neutral)], cols[torch.from_numpy(neutral)]] = 0.5  # no evidence: neutral
         disc = 1.0 / torch.log2(torch.arange(width, dtype=torch.float64) + 2.0)

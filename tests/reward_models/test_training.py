@@ -55,7 +55,11 @@ def test_resume_is_exact_mid_epoch_and_at_epoch_end(data, tmp_path):
 
 def test_loss_stays_finite_and_logs_are_written(data, tmp_path):
     res = fit(
-        reward_config("train.epochs=4", "model.backbone=lightgcn", "model.n_layers=2"), data, tmp_path / "gcn"
+        reward_config(
+            "train.epochs=4", "model.backbone=lightgcn", "model.n_layers=2", "model.conformity=embedding"
+        ),
+        data,
+        tmp_path / "gcn",
     )
     assert res.logs is not None
     text = res.logs.read_text()
