@@ -57,6 +57,7 @@ def one(data_dir: Path, preset: str, extra: list[str]) -> dict[str, Any]:
         "items": data.n_items,
         "train_positives": data.n_train,
         "train_impressions": data.exposure.n_train if data.exposure is not None else 0,
+        "batch_size": cfg.train.batch_for(data.n_train),
         "run_seconds": round(t3 - t0, 2),
         "run_cpu_seconds": round(c3 - c0, 2),
         "load_seconds": round(t1 - t0, 2),

@@ -92,6 +92,7 @@ def run_ours(data_dir: Path, cfg: RewardConfig) -> dict[str, Any]:
     return {
         "run_seconds": t3 - t0,
         "run_cpu_seconds": c3 - c0,
+        "batch_size": cfg.train.batch_for(data.n_train),  # ``auto`` resolved
         "load_seconds": t1 - t0,
         "fit_seconds": t2 - t1,
         "test_seconds": t3 - t2,
@@ -186,7 +187,7 @@ def bench(data_dir: Path, preset: str, args: argparse.Namespace) -> dict[str, An
         "seed": args.seed,
         "device": device_of(cfg),
         "threads": torch.get_num_threads(),
-        "batch_size": cfg.train.batch_size,
+        "batch_size": first["batch_size"],
         "train_triples_per_s": round(tps),
         "plain_triples_per_s": round(plain_tps),
         "ratio_to_plain_loop": round(tps / plain_tps, 3),

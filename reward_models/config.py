@@ -7,9 +7,10 @@ is validated here; ``parpo reward train --config dice model.dim=32`` overrides o
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from data_pipelines.splits.rule import PositivesRule
 from parpo_core.config import RuntimeConfig, StrictModel
@@ -120,7 +121,11 @@ class SamplerConfig(StrictModel):
 
 class TrainConfig(StrictModel):
     epochs: int = Field(300, ge=1, description="maximum epochs (early stopping may end sooner)")
-    batch_size: int = Field(8192, ge=1, description="global batch (split over ranks)")
+    batch_size: int | Literal["auto"] = Field(
+        8192,
+        description="global batch of sampled triples (split over ranks; impression triples ride along); "
+        "auto = the power of two nearest an eighth of the train positives, within [1024, 8192]",
+    )
     lr: float = Field(0.01, gt=0, description="Adam learning rate")
     weight_decay: float = Field(0.0, ge=0, description="Adam L2 on the parameters")
     reg: float = Field(0.0, ge=0, description="L2 on the batch's embedding rows (per triple)")
@@ -144,6 +149,25 @@ class TrainConfig(StrictModel):
     progress_bar: bool = Field(True, description="show a progress bar (off in tests and logs)")
     checkpoint: bool = Field(True, description="write last.ckpt (exact resume) every evaluation")
     checkpoint_every_n_steps: int = Field(0, ge=0, description="also step-<N>.ckpt every N steps (0: off)")
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch(cls, v: object) -> object:
+        # one message for both forms (a union would report each member's error)
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"must be a positive integer or auto, not {v!r}")
+
+    def batch_for(self, n_positives: int) -> int:
+        """The global batch for a train split of ``n_positives``: the set integer, or for ``auto``
+        the power of two nearest ``n_positives / 8`` (in log scale) within [1024, 8192]. At least
+        about eight steps per epoch: a small split overfits within a few epochs and selection
+        needs steps to choose from (the synthetic default, 7k positives, peaks near step 20 at
+        1024); a large one spends less on each step's fixed cost (the discrepancy, the optimiser)
+        with 8192 (benchmarks/README.md, "Batch size that follows the data")."""
+        if self.batch_size != "auto":
+            return self.batch_size
+        return int(2 ** min(13, max(10, round(math.log2(max(n_positives, 1) / 8)))))
 
 
 class EvalConfig(StrictModel):

@@ -57,7 +57,7 @@ def make_stream(data: RewardData, cfg: RewardConfig, rank: int = 0, world: int =
     return TripleStream(
         sampler,
         curriculum,
-        cfg.train.batch_size,
+        cfg.train.batch_for(data.n_train),
         seed=cfg.runtime.seed,
         rank=rank,
         world=world,

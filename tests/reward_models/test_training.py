@@ -188,3 +188,11 @@ def test_eval_on_the_same_data_reproduces_the_published_metrics(published, tiny_
             assert result[part][k] == pytest.approx(v, rel=1e-6, abs=1e-9), (part, k)
     again, _ = evaluate_version(reg, tiny_synth)  # identical re-run: the same file, a no-op
     assert again == path and len(list(path.parent.glob("*.json"))) == 1
+
+
+def test_the_stream_takes_the_batch_auto_resolves(data):
+    from reward_models.training import make_stream
+
+    cfg = reward_config("train.batch_size=auto")
+    assert make_stream(data, cfg).batch_size == cfg.train.batch_for(data.n_train) == 1024
+    assert make_stream(data, reward_config("train.batch_size=128")).batch_size == 128

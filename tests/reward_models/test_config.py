@@ -1,0 +1,34 @@
+"""The reward config's derived values: the batch ``auto`` picks, and its validation."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from reward_models.config import TrainConfig
+
+
+@pytest.mark.parametrize(
+    ("positives", "batch"),
+    [
+        (7448, 1024),  # the synthetic default: 931 -> 1024 (also the floor)
+        (500, 1024),  # tiny: the floor
+        (23_000, 2048),  # 2875: log2 11.49 -> 2048
+        (24_000, 4096),  # 3000: log2 11.55 -> 4096
+        (51_194, 8192),  # ML-100K: 6399, log2 12.64 -> 8192
+        (232_290, 8192),  # a real catalogue: the ceiling
+    ],
+)
+def test_auto_batch_is_the_power_of_two_nearest_an_eighth_of_the_positives(positives, batch):
+    assert TrainConfig(batch_size="auto").batch_for(positives) == batch
+
+
+def test_a_set_batch_is_kept_whatever_the_data():
+    assert TrainConfig(batch_size=128).batch_for(51_194) == 128
+
+
+@pytest.mark.parametrize("bad", [0, -3, "big", 2.5, True])
+def test_a_bad_batch_is_one_message_naming_both_forms(bad):
+    with pytest.raises(ValidationError, match="must be a positive integer or auto") as e:
+        TrainConfig(batch_size=bad)
+    assert e.value.error_count() == 1
