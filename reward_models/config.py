@@ -200,6 +200,12 @@ class Stage1Config(StrictModel):
     epochs: int = Field(30, ge=1, description="encoder epochs (reconstruction + InfoNCE)")
     map_epochs: int = Field(60, ge=1, description="epochs of each map")
     batch_size: int = Field(256, ge=2, description="profile encoder batch size")
+    max_steps: int = Field(
+        0,
+        ge=0,
+        description="at most this many optimiser steps for the encoder and for each map, whatever "
+        "the epochs (0: no cap): the cost stops growing with users x epochs",
+    )
     lr: float = Field(0.003, gt=0, description="AdamW learning rate of the profile encoder and maps")
     weight_decay: float = Field(1e-5, ge=0, description="AdamW weight decay of the profile encoder")
     temperature: float = Field(0.2, gt=0, description="InfoNCE temperature")

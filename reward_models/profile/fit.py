@@ -15,6 +15,8 @@ Plain torch, full CPU minibatches, seeded (``runtime.seed``).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import polars as pl
@@ -112,6 +114,13 @@ def _batches(n: int, size: int, g: torch.Generator) -> list[Tensor]:
     return list(torch.randperm(n, generator=g).split(size))
 
 
+def _steps(n: int, size: int, epochs: int, cap: int, g: torch.Generator) -> Iterator[Tensor]:
+    """The row batches of ``epochs`` passes over ``n`` rows, at most ``cap`` of them (0: all); each
+    epoch's permutation is drawn when the epoch starts, as a plain double loop would."""
+    batches = (b for _ in range(epochs) for b in _batches(n, size, g))
+    return itertools.islice(batches, cap or None)
+
+
 def fit_encoder(d: Stage1Data, s1: Stage1Config, seed: int) -> dict[str, float]:
     """Reconstruction + InfoNCE (view dropout) on the full and pseudo-cold profiles of warm users."""
     g = torch.Generator().manual_seed(seed)
@@ -125,19 +134,18 @@ def fit_encoder(d: Stage1Data, s1: Stage1Config, seed: int) -> dict[str, float]:
     mask = torch.cat([r[1] for r in rows])
     opt = torch.optim.Adam(enc.parameters(), lr=s1.lr, weight_decay=s1.weight_decay)
     last = {}
-    for _ in range(s1.epochs):
-        for b in _batches(mask.shape[0], s1.batch_size, g):
-            vb, mb = {k: v[b] for k, v in views.items()}, mask[b]
-            z, _ = enc(vb, mb)
-            rec = enc.reconstruction(z, vb, mb)
-            z1, _ = enc(vb, view_dropout(mb, s1.view_dropout, g))
-            z2, _ = enc(vb, view_dropout(mb, s1.view_dropout, g))
-            nce = info_nce(z1, z2, s1.temperature) if b.numel() > 1 else torch.zeros(())
-            loss = rec + s1.nce_weight * nce
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            last = {"reconstruction": rec.item(), "info_nce": nce.item()}
+    for b in _steps(mask.shape[0], s1.batch_size, s1.epochs, s1.max_steps, g):
+        vb, mb = {k: v[b] for k, v in views.items()}, mask[b]
+        z, _ = enc(vb, mb)
+        rec = enc.reconstruction(z, vb, mb)
+        z1, _ = enc(vb, view_dropout(mb, s1.view_dropout, g))
+        z2, _ = enc(vb, view_dropout(mb, s1.view_dropout, g))
+        nce = info_nce(z1, z2, s1.temperature) if b.numel() > 1 else torch.zeros(())
+        loss = rec + s1.nce_weight * nce
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        last = {"reconstruction": rec.item(), "info_nce": nce.item()}
     enc.eval()
     return last
 
@@ -159,13 +167,12 @@ def _fit_map(net: torch.nn.Module, x: Tensor, y: Tensor, gram: Tensor, s1: Stage
     """Minimise mean (net(x) - y)^T gram (net(x) - y) over rows of x [N, in], y [N, out] (offsets)."""
     opt = torch.optim.Adam(net.parameters(), lr=s1.lr, weight_decay=s1.weight_decay)
     loss = torch.zeros(())
-    for _ in range(s1.map_epochs):
-        for b in _batches(x.shape[0], s1.batch_size, g):
-            delta = net(x[b]) - y[b]
-            loss = ((delta @ gram) * delta).sum(1).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    for b in _steps(x.shape[0], s1.batch_size, s1.map_epochs, s1.max_steps, g):
+        delta = net(x[b]) - y[b]
+        loss = ((delta @ gram) * delta).sum(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     net.eval()
     return loss.item()
 
