@@ -114,7 +114,7 @@ class SkillGraph:
         block = self.blocks.get(scenario)
         if not block:
             return -1, 0.0
-        slots = np.fromiter(block, dtype=np.int64, count=len(block))
+        slots = np.fromiter(sorted(block), dtype=np.int64, count=len(block))  # ties: lower slot
         sims = self.skills.emb[slots] @ emb
         j = int(np.argmax(sims))
         return int(slots[j]), float(sims[j])
