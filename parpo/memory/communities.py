@@ -128,7 +128,9 @@ class Communities:
 
     def _vote(self, lvl: int, g: SkillGraph, slot: int) -> int:
         score: dict[int, float] = defaultdict(float)
-        for user, w in g.skill_user.get(slot, {}).items():
+        # users in index order: a reloaded graph holds the rows in another order, and the float
+        # sums must come out the same for a resumed run to label alike
+        for user, w in sorted(g.skill_user.get(slot, {}).items()):
             label = self.user[lvl].get(user)
             if label is not None and w > 0:
                 score[label] += w

@@ -27,9 +27,10 @@ class MemoryConfig(StrictModel):
         "low-value one stay under 1 - it)",
     )
     high_value_rule: Literal["strict", "pareto"] = Field(
-        "strict",
-        description="strict: every component above its threshold; pareto: at or above every one and "
-        "above one (a component the whole batch tops out on no longer blocks distillation)",
+        "pareto",
+        description="pareto: at or above every threshold and above one (a component most of a batch "
+        "tops out on no longer blocks distillation); strict: above every one (memories saved before "
+        "the option keep it)",
     )
     trajectories_per_skill: int = Field(4, ge=1, description="latest source trajectories kept per skill")
     links_per_skill: int = Field(32, ge=1, description="complement/conflict links kept per skill")

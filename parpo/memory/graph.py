@@ -27,7 +27,15 @@ import numpy as np
 
 from parpo.memory.communities import Communities
 from parpo.memory.config import MemoryConfig
-from parpo.memory.scenario import Query, bag_cosine, embed, plan_tokens, scenario_tokens, tokens
+from parpo.memory.scenario import (
+    Query,
+    bag_cosine,
+    embed,
+    plan_tokens,
+    price_band,
+    scenario_tokens,
+    tokens,
+)
 from parpo.memory.skills import SkillTable
 from parpo.memory.trajectory import AnchorArrays, Trajectory, classify, thresholds
 
@@ -45,6 +53,31 @@ def skill_tokens(query: Query, plan: Sequence[str], strategy: str | None, k: int
 def skill_embedding(query: Query, plan: Sequence[str], strategy: str | None, k: int, dim: int) -> np.ndarray:
     """[dim] the hashed bag of a skill's scenario and plan tokens."""
     return embed(skill_tokens(query, plan, strategy, k), dim)
+
+
+def _step_text(signature: str) -> str:
+    """One plan step in words: ``search:price_asc+c`` -> ``search by price_asc with constraints``."""
+    tool, _, rest = signature.partition(":")
+    if tool != "search" or not rest:
+        return tool
+    strategy, _, c = rest.partition("+")
+    return f"search by {strategy}" + (" with constraints" if c else "")
+
+
+def skill_text(
+    query: Query, plan: Sequence[str], constrained: bool, attributes: Sequence[str], k: int
+) -> str:
+    """A skill's short text (what an LLM prompt shows), rendered from its scenario, plan template
+    and argument preferences; e.g. ``for shoes, price cap 63-127: search by price_asc with
+    constraints, then recommend; constrains; attributes red; slate of 10``."""
+    band = price_band(query.price_max)
+    where = query.category if query.category is not None else f"any category ({query.kind} request)"
+    cap = "no price cap" if band < 0 else f"price cap {2**band - 1}-{2 ** (band + 1) - 1}"
+    prefs = ["constrains" if constrained else "no constraints"]
+    if attributes:
+        prefs.append("attributes " + ", ".join(attributes))
+    steps = ", then ".join(_step_text(s) for s in plan) or "no call"
+    return f"for {where}, {cap}: {steps}; {'; '.join(prefs)}; slate of {k}"
 
 
 class SkillGraph:
@@ -114,7 +147,7 @@ class SkillGraph:
         block = self.blocks.get(scenario)
         if not block:
             return -1, 0.0
-        slots = np.fromiter(block, dtype=np.int64, count=len(block))
+        slots = np.fromiter(sorted(block), dtype=np.int64, count=len(block))  # ties: lower slot
         sims = self.skills.emb[slots] @ emb
         j = int(np.argmax(sims))
         return int(slots[j]), float(sims[j])
@@ -153,7 +186,10 @@ class SkillGraph:
             and bag_cosine(toks, sk.tokens[slot]) >= cfg.merge_threshold
         )
         if not merged:
-            slot = sk.add(emb, toks, sc, t.plan, t.strategy, t.constrained, t.attributes, t.k, self.clock)
+            text = skill_text(t.query, t.plan, t.constrained, t.attributes, t.k)
+            slot = sk.add(
+                emb, toks, sc, t.plan, t.strategy, t.constrained, t.attributes, t.k, self.clock, text
+            )
             self.blocks[sc].add(slot)
             self.sid_slot[int(sk.sid[slot])] = slot
             self.trajectories[slot] = deque(maxlen=cfg.trajectories_per_skill)
@@ -231,11 +267,22 @@ class SkillGraph:
         self._top.pop(("u", slot), None)
         self.communities.forget(slot)
 
+    def text(self, slot: int) -> str:
+        """The skill's short text (``skill_text``; rendered now for a skill saved without one)."""
+        sk = self.skills
+        if sk.text[slot] is not None:
+            return sk.text[slot]
+        query = self.scenarios[int(sk.scenario[slot])]  # same category and band as the skill's own
+        return skill_text(
+            query, sk.plan[slot], bool(sk.constrained[slot]), sk.attributes[slot], int(sk.k[slot])
+        )
+
     def describe(self, slot: int) -> dict[str, Any]:
         """A skill as plain JSON data (what serving names and an LLM prompt shows)."""
         sk = self.skills
         return {
             "skill_id": int(sk.sid[slot]),
+            "text": self.text(slot),
             "scenario": self.scenarios[int(sk.scenario[slot])].key,
             "plan": list(sk.plan[slot]),
             "strategy": sk.strategy[slot],

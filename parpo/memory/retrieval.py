@@ -83,10 +83,9 @@ def recall(graph: SkillGraph, query: Query, n: int) -> tuple[np.ndarray, np.ndar
                 break
     slots = np.fromiter((s for b in picked for s in b), np.int64, sum(len(b) for b in picked))
     sims = graph.skills.emb[slots] @ embed(tokens(query), cfg.dim)
-    if slots.size > n:
-        part = np.argpartition(-sims, n - 1)[:n]
-        slots, sims = slots[part], sims[part]
-    order = np.lexsort((slots, -sims))
+    # a full sort, not a partition: which of several tied skills make the cut must not depend on
+    # the blocks' set order (it differs after a reload, and a resumed run must recall the same)
+    order = np.lexsort((slots, -sims))[:n]
     return slots[order], sims[order]
 
 

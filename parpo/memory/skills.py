@@ -123,5 +123,7 @@ class SkillTable:
         order = np.lexsort((self.sid[live], self.last[live], utility))
         gone = np.sort(live[order[:excess]])
         self.alive[gone] = False
-        self.free.extend(gone.tolist()[::-1])
+        # lowest free slot first, whatever the order of evictions: a reloaded table (``store``)
+        # rebuilds the same list, so slots are reused alike after a resume
+        self.free = sorted([*self.free, *gone.tolist()], reverse=True)
         return gone

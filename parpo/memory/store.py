@@ -162,7 +162,11 @@ def load(directory: str | Path, user_ids: Sequence[str]) -> SkillGraph:
     if version != FORMAT_VERSION:
         raise DataError(f"{d}: memory format version {version}; this version of parpo reads {FORMAT_VERSION}")
     check_users(d, meta, user_ids)
-    g = SkillGraph(MemoryConfig.model_validate(meta["config"]), meta["components"])
+    # a memory saved before ``high_value_rule`` existed distilled under ``strict``: it keeps that
+    # rule when it goes on learning (a resume, a warm start), whatever today's default
+    g = SkillGraph(
+        MemoryConfig.model_validate({"high_value_rule": "strict", **meta["config"]}), meta["components"]
+    )
     sk, com = g.skills, g.communities
     sk.reserve(int(meta["size"]))
     sk.size, sk.next_sid = int(meta["size"]), int(meta["next_sid"])

@@ -6,14 +6,16 @@ its reward components. ``high_value`` applies the distillation rule of issue 21:
 
     threshold[i, c] = anchor mean of user i for component c    when the user has that anchor
                     = the batch's ``q`` quantile of component c otherwise
-    high[i]         = every component c: reward[i, c] > threshold[i, c]
+    high[i]         = every c: reward[i, c] >= threshold[i, c], and some c: reward[i, c] > threshold[i, c]
     margin[i]       = mean over c of (reward[i, c] - threshold[i, c])
-    low[i]          = every component c: reward[i, c] < lower[i, c]  (anchor, or the 1 - q quantile)
+    low[i]          = every c: reward[i, c] <= lower[i, c], and some c: <  (lower: anchor, or the
+                      1 - q quantile)
 
-With ``rule="pareto"`` (``MemoryConfig.high_value_rule``) a tie counts: high when every component
-is at or above its threshold and one is above (low: at or below every one, below one). Under
-the default ``"strict"`` a component most of a batch tops out on (task quality 1.0 once a policy
-meets every request) has its quantile at the maximum, and no trajectory is ever high-value.
+That is ``rule="pareto"``, ``MemoryConfig.high_value_rule``'s default: a tie with a threshold
+counts, one component must be above. ``"strict"`` (every component above, every one below) was
+the first rule and stays for memories saved with it: under it a component most of a batch tops
+out on (task quality 1.0 once a policy meets most requests) has its quantile at the maximum, so
+no trajectory is ever high-value again (benchmarks/README.md, "the default distillation rule").
 
 The training loop keeps an anchor for the preference reward only (``AnchorStore``), so task
 quality is held to the batch quantile and preference to the user's own anchor.
@@ -104,16 +106,14 @@ def high_value(
     components: Sequence[str],
     anchors: Mapping[str, AnchorArrays] | None,
     q: float,
-    rule: str = "strict",
+    rule: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``high`` [N] bool and ``margin`` [N] float64 (module docstring) of a batch of trajectories."""
     r, upper, lower = thresholds(trajectories, components, anchors, q)
     return classify(r, upper, lower, rule)[0], (r - upper).mean(axis=1)
 
 
-def classify(
-    r: np.ndarray, upper: np.ndarray, lower: np.ndarray, rule: str = "strict"
-) -> tuple[np.ndarray, np.ndarray]:
+def classify(r: np.ndarray, upper: np.ndarray, lower: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """``high`` and ``low`` [N] bool of rewards ``r`` against the thresholds (all [N, C]) under
     ``rule``: ``strict`` (above / below every threshold) or ``pareto`` (ties count, one strict)."""
     if rule == "strict":

@@ -15,7 +15,10 @@ of minibatches; the anchors are updated from all-gathered per-user statistics, s
 identical on every rank. Checkpoints carry the policy, the optimiser, the anchors, the update
 counter and every RNG state, so a resumed run continues exactly. With ``policy.memory_skills``
 the skill graph memory (``parpo.memory``) feeds retrieved skills to the policy and takes every
-rank's episodes after each update (``memory/*`` metrics); it is kept in ``<run>/memory``.
+rank's episodes after each update (``memory/*`` metrics); it is kept in ``<run>/memory`` beside
+``last.ckpt`` and in ``update-<N>.memory`` beside ``update-<N>.ckpt``, and a resume reloads the one
+of its checkpoint (``memory_dir``), so a resumed run retrieves and writes back exactly as an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -169,6 +172,8 @@ class PolicyTrainer:
         }
         if resume is not None:
             load_checkpoint(fabric, Path(resume), module, optimizers, anchors, state)
+            if memory is not None:
+                _check_memory_clock(memory.graph.clock, memory_dir(Path(resume)), state["update"])
         t = cfg.train
         logs = self.run / "logs" / "metrics.csv"
         history = read_csv(logs, state["update"]) if resume is not None else []
@@ -320,9 +325,10 @@ class PolicyTrainer:
         if memory is not None and fabric.is_global_zero:
             _save_memory(memory, self.source.reward_model.user_index, self.run / MEMORY)
         if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
-            save_checkpoint(
-                fabric, self.run / f"update-{state['update']}.ckpt", module, optimizers, anchors, ckpt
-            )
+            numbered = self.run / f"update-{state['update']}.ckpt"
+            save_checkpoint(fabric, numbered, module, optimizers, anchors, ckpt)
+            if memory is not None and fabric.is_global_zero:
+                _save_memory(memory, self.source.reward_model.user_index, memory_dir(numbered))
 
     def _critic_after_actor(
         self,
@@ -480,8 +486,8 @@ class PolicyTrainer:
         from parpo.memory.store import load
 
         index = self.source.reward_model.user_index
-        saved = self.run / MEMORY
-        if resume is not None and saved.is_dir():
+        saved = memory_dir(Path(resume)) if resume is not None else None
+        if saved is not None and saved.is_dir():  # a resume: the memory of that checkpoint
             graph = load(saved, sorted(index, key=index.__getitem__))
         elif self.init is not None and self.init.memory is not None:
             graph = load(self.init.memory, sorted(index, key=index.__getitem__))
@@ -503,6 +509,23 @@ def _clip_apart(module: Any, max_norm: float) -> dict[str, float]:
     if critic:
         out["critic/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(critic, max_norm))
     return out
+
+
+def memory_dir(checkpoint: Path) -> Path:
+    """The memory saved with ``checkpoint``: ``<run>/memory`` for ``last.ckpt``,
+    ``update-<N>.memory`` beside ``update-<N>.ckpt``."""
+    return checkpoint.parent / MEMORY if checkpoint.name == LAST else checkpoint.with_suffix(".memory")
+
+
+def _check_memory_clock(clock: int, where: Path, update: int) -> None:
+    """One-line ``DataError`` unless the memory has taken exactly the checkpoint's updates (a
+    crash between the two saves, or a checkpoint whose memory is missing, would otherwise resume
+    from another memory than the one the run had)."""
+    if clock != update:
+        raise DataError(
+            f"{where}: the memory is at update {clock} but the checkpoint is at update {update}: "
+            "resume from the checkpoint saved with this memory"
+        )
 
 
 def _save_memory(memory: Any, user_index: dict[str, int], dest: Path) -> None:

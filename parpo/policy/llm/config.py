@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
 from parpo.env.config import EnvConfig
+from parpo.memory.config import MemoryConfig
 from parpo_core.config import RuntimeConfig, StrictModel
 
 
@@ -49,6 +50,13 @@ class LLMPolicyConfig(StrictModel):
         description="show the reward model's view of each candidate for the user (interest percentile, "
         "interest and conformity z-scores, scored flag) in tool results; false for the ablation "
         "(policies saved before the option existed load with false)",
+    )
+    memory_skills: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="texts of skills retrieved from the skill graph memory (parpo.memory) the first "
+        "message shows; 0: no memory, the prompt of policies saved before the option",
     )
     profile_items: int = Field(50, ge=1, description="items of highest interest the profile summary reads")
     profile_categories: int = Field(3, ge=0, description="top categories named in the profile summary")
@@ -97,6 +105,7 @@ class LLMTrainConfig(StrictModel):
     loss: LossConfig = LossConfig()
     optim: OptimConfig = OptimConfig(lr=1e-5)
     train: LLMTrainLoopConfig = LLMTrainLoopConfig()
+    memory: MemoryConfig = MemoryConfig()
 
     @model_validator(mode="after")
     def _check(self) -> LLMTrainConfig:

@@ -57,9 +57,11 @@ class ChatFormat:
     """Renders and tokenises conversations for one tokenizer and context size."""
 
     def __init__(self, tokenizer: Any, max_context: int, max_new_tokens: int, top_candidates: int,
-                 stop_ids: Sequence[int], call_prefix: str = "", personal: bool = False) -> None:  # fmt: skip
+                 stop_ids: Sequence[int], call_prefix: str = "", personal: bool = False,
+                 memory: bool = False) -> None:  # fmt: skip
         self.tok, self.max_context, self.max_new_tokens = tokenizer, max_context, max_new_tokens
         self.personal = personal  # the rules explain the personal scores of tool results
+        self.memory = memory  # the rules explain the skills the first message may list
         self.top_candidates, self.stop_ids = top_candidates, frozenset(stop_ids)
         self.template = getattr(tokenizer, "chat_template", None) or DEFAULT_TEMPLATE
         # Forced at the start of every call (after the generation prompt), never sampled.
@@ -76,9 +78,11 @@ class ChatFormat:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-    def start(self, obs: Observation, profile: Profile, personal: np.ndarray | None = None) -> Conversation:
-        """The first prompt; ``personal``: the user's personal table its tool results will show."""
-        messages = [system_message(self.personal), user_message(obs, profile)]
+    def start(self, obs: Observation, profile: Profile, personal: np.ndarray | None = None,
+              skills: Sequence[str] = ()) -> Conversation:  # fmt: skip
+        """The first prompt; ``personal``: the user's personal table its tool results will show;
+        ``skills``: the texts of the skills retrieved for the task."""
+        messages = [system_message(self.personal, self.memory), user_message(obs, profile, skills)]
         text = self.text(messages, True)
         ids = self.encode(text) + self.prefix_ids
         return Conversation(messages, ids, [False] * len(ids), [0.0] * len(ids), text, personal=personal)

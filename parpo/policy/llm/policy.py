@@ -28,6 +28,7 @@ from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Recommend, action_to_json
 from parpo.env.tasks import Task
+from parpo.memory.policy_memory import PolicyMemory
 from parpo.policy.base import ActOutput
 from parpo.policy.llm import model as lm
 from parpo.policy.llm.config import LLMPolicyConfig
@@ -40,6 +41,8 @@ from parpo.policy.llm.profile import Profiler
 from parpo.policy.llm.prompt import TOOL_ROLE, assistant_message
 from parpo.policy.slates import SlateDraws, episode_slates
 
+#: The skill memory's folder inside a saved policy (``parpo.memory.store``), when it has one.
+MEMORY = "memory"
 #: Episodes kept between two ``act`` calls (oldest dropped first; a dropped one is re-rendered).
 PENDING_LIMIT = 4096
 
@@ -75,7 +78,7 @@ class LLMPolicy:
         stop = stop_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
         self.chat = ChatFormat(tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop,
-                               cfg.call_prefix, cfg.personal_features)  # fmt: skip
+                               cfg.call_prefix, cfg.personal_features, cfg.memory_skills > 0)  # fmt: skip
         self.constraint = (
             ToolCallConstraint(token_texts(tokenizer, model.config.vocab_size), stop, cfg.call_prefix)
             if cfg.constrained_decoding
@@ -86,6 +89,8 @@ class LLMPolicy:
                                  cfg.profile_attributes)  # fmt: skip
         self.personal = PersonalTables(reward_model, catalogue) if cfg.personal_features else None
         self._pending: OrderedDict[tuple[Any, ...], list[tuple[Any, Conversation]]] = OrderedDict()
+        #: the skill memory retrieved from (set by the trainer or at load); None: no skills shown
+        self.memory: PolicyMemory | None = None
 
     @classmethod
     def create(cls, cfg: LLMPolicyConfig, reward_model: RewardModel, catalogue: Catalogue) -> LLMPolicy:
@@ -112,7 +117,20 @@ class LLMPolicy:
             if self.personal is not None
             else [None] * len(observations)
         )
-        return [self.chat.start(o, p, t) for o, p, t in zip(observations, profiles, tables, strict=True)]
+        skills = self.skill_texts([o.task for o in observations])
+        return [
+            self.chat.start(o, p, t, k)
+            for o, p, t, k in zip(observations, profiles, tables, skills, strict=True)
+        ]
+
+    def skill_texts(self, tasks: Sequence[Task]) -> list[list[str]]:
+        """The texts of the first ``memory_skills`` skills retrieved for each task (none without a
+        memory). Retrieval is the memory's (hashed scenario recall, as the native policy's)."""
+        m = self.cfg.memory_skills
+        if self.memory is None or not m:
+            return [[] for _ in tasks]
+        graph = self.memory.graph
+        return [[graph.text(h.slot) for h in hits[:m]] for hits in self.memory.retrieved(tasks)]
 
     def turn(self, convs: Sequence[Conversation], *, greedy: bool = False,
              generator: torch.Generator | None = None) -> list[Conversation]:  # fmt: skip
@@ -236,10 +254,23 @@ class LLMPolicy:
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
+        """The model folder (``model.save``) and, with a memory, ``memory/`` (``parpo.memory.store``)."""
         lm.save(directory, self.model, self.tokenizer, self.cfg, self.base)
+        if self.memory is not None:
+            from parpo.memory.store import save as save_memory
+
+            index = self.memory.user_index
+            save_memory(self.memory.graph, Path(directory) / MEMORY, sorted(index, key=index.__getitem__))
 
     @classmethod
     def load(cls, directory: str | Path, reward_model: RewardModel, catalogue: Catalogue) -> LLMPolicy:
         model, tok, cfg, base = lm.load(directory)
         model.eval()
-        return cls(model, tok, cfg, reward_model, catalogue, base)
+        policy = cls(model, tok, cfg, reward_model, catalogue, base)
+        if cfg.memory_skills and (Path(directory) / MEMORY).is_dir():
+            from parpo.memory.store import load as load_memory
+
+            index = reward_model.user_index
+            graph = load_memory(Path(directory) / MEMORY, sorted(index, key=index.__getitem__))
+            policy.memory = PolicyMemory(graph, index)
+        return policy

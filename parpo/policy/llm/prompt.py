@@ -1,5 +1,6 @@
 """The text of an LLM agent's conversation: system (rules + the action JSON Schema), user (profile
-summary + request) and one tool message per call that did not end the episode.
+summary + request, and with a memory the retrieved skills' texts) and one tool message per call
+that did not end the episode.
 
 Candidates are named by short ids (``c1`` is the best-ranked of the latest result); a recommend
 may use them (``parse.parse_call`` maps them back to item ids). Messages are plain role/content
@@ -10,6 +11,7 @@ turns it into tokens and cuts tool results to the context.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,13 @@ PERSONAL_RULES = (
     "the crowd), scored (false: the model knows nothing of the item and the values are neutral)."
 )
 
+#: Appended to ``RULES`` when the first message may list skills from the memory.
+MEMORY_RULES = (
+    " The task may list skills: plans that served similar requests and users well before (the "
+    "scenario, the calls in order, their arguments and the slate size), best first; follow one "
+    "when it fits."
+)
+
 
 def _dumps(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
@@ -46,20 +55,27 @@ def short_id(rank: int) -> str:
     return f"c{rank + 1}"
 
 
-def system_message(personal: bool) -> dict[str, str]:
-    """The rules and the schema; ``personal``: tool results carry the reward model's view."""
+def system_message(personal: bool, memory: bool = False) -> dict[str, str]:
+    """The rules and the schema; ``personal``: tool results carry the reward model's view;
+    ``memory``: the task may list skills."""
     rules = RULES.format(schema=_dumps(action_json_schema()))
-    return {"role": "system", "content": rules + (PERSONAL_RULES if personal else "")}
+    return {
+        "role": "system",
+        "content": rules + (PERSONAL_RULES if personal else "") + (MEMORY_RULES if memory else ""),
+    }
 
 
-def user_message(obs: Observation, profile: Profile) -> dict[str, str]:
-    """The task: who asks (profile summary), what (request), how many items and calls."""
-    data = {
+def user_message(obs: Observation, profile: Profile, skills: Sequence[str] = ()) -> dict[str, str]:
+    """The task: who asks (profile summary), what (request), how many items and calls, and the
+    texts of the ``skills`` the memory retrieved for it (the key only when there are some)."""
+    data: dict[str, Any] = {
         "profile": profile.to_json(),
         "request": obs.task.request.model_dump(mode="json", exclude_none=True),
         "slate_size": obs.k,
         "max_calls": obs.max_steps,
     }
+    if skills:
+        data["skills"] = list(skills)
     return {"role": "user", "content": _dumps(data)}
 
 

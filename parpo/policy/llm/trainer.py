@@ -144,6 +144,12 @@ class LLMTrainer:
         tasks = src.tasks("train")
         if not tasks:
             raise DataError(f"{src.dataset.root}: no training task in the reward version's split")
+        memory = None
+        if cfg.policy.memory_skills:  # the native loop's closed loop, skills shown as texts
+            from parpo.memory.graph import SkillGraph
+            from parpo.memory.policy_memory import PolicyMemory
+
+            memory = policy.memory = PolicyMemory(SkillGraph(cfg.memory), src.reward_model.user_index)
         task_rng = np.random.default_rng(seed)
         sample_gen = torch.Generator().manual_seed(seed * 1009)
         perm_gen = torch.Generator().manual_seed(seed * 1013)
@@ -160,13 +166,20 @@ class LLMTrainer:
             eps = collect(policy, env, [tasks[i] for i in picks], t.group_size, src.reward_model.user_index,
                           generator=sample_gen)  # fmt: skip
             t1 = time.perf_counter()
-            adv, adv_metrics = compute_advantages(eps.rewards, eps.group, eps.user, anchors.snapshot(),
-                                                  cfg.advantage)  # fmt: skip
+            snap = anchors.snapshot()  # before this update's rewards move them: the write-back's thresholds
+            adv, adv_metrics = compute_advantages(eps.rewards, eps.group, eps.user, snap, cfg.advantage)
             policy.model.train()
             batch = training_batch(policy, eps.convs, cfg)
             loss_metrics = ppo_update(policy, optimizers, batch, adv, cfg, perm_gen)
             policy.engine.sync(policy.model)
             anchor_metrics = anchors.update(eps.user, eps.rewards[cfg.advantage.preference_key])
+            memory_metrics = {}
+            if memory is not None:  # this update's episodes (the env's, in the episodes' order)
+                memory_metrics = memory.write_back(
+                    update, env.episodes, eps.infos, eps.user.tolist(),
+                    eps.rewards[cfg.advantage.preference_key].tolist(),
+                    {"preference": (snap.mean.numpy(), snap.count.numpy())},
+                )  # fmt: skip
             t2 = time.perf_counter()
             generated = batch["mask"].sum(1).float()
             metrics = {
@@ -175,6 +188,7 @@ class LLMTrainer:
                 **adv_metrics,
                 **loss_metrics,
                 **anchor_metrics,
+                **memory_metrics,
                 "llm/generated_tokens": float(generated.mean()),
                 "llm/episode_tokens": float(batch["attention"].sum(1).float().mean()),
                 "llm/cut_candidates": float(np.mean([c.cut for c in eps.convs])),

@@ -68,3 +68,46 @@ def test_two_ddp_ranks_write_back_the_same_memory(tiny_synth, published_reward, 
     assert log["memory/rank_divergence"].to_list() == [0.0, 0.0]
     assert log["memory/skills"].to_list()[-1] > 0
     assert any((reg / "policy").glob("*/policy/memory/memory.json"))  # published with the policy
+
+
+def test_a_resumed_run_has_the_same_memory_and_policy_as_a_straight_one(source, tmp_path):
+    """``test_resume_continues_exactly`` (tests/parpo/trainer/test_loop.py) with the memory on:
+    the memory saved with each checkpoint is reloaded with it, so the resumed run retrieves and
+    writes back exactly as the uninterrupted one; a memory out of step with its checkpoint is
+    refused in one line."""
+    import shutil
+
+    import torch
+
+    from parpo.trainer.loop import LAST
+    from parpo_core.errors import DataError
+
+    def same(run, ref):
+        a, b = ref.policy.net.state_dict(), run.policy.net.state_dict()
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+
+    def same_memory(x, y):
+        for name in ("skills", "scenarios", "used", "links", "trajectories", "users"):
+            assert pl.read_parquet(x / f"{name}.parquet").equals(pl.read_parquet(y / f"{name}.parquet")), name
+        assert (x / "memory.json").read_text() == (y / "memory.json").read_text()
+
+    straight = PolicyTrainer(with_memory(3), source, tmp_path / "a").fit()
+    every = with_memory(2)
+    every = every.model_copy(update={"train": every.train.model_copy(update={"checkpoint_every": 1})})
+    PolicyTrainer(every, source, tmp_path / "b").fit()
+    resumed = PolicyTrainer(with_memory(3), source, tmp_path / "b").fit(resume=tmp_path / "b" / LAST)
+    same(resumed, straight)
+    same_memory(tmp_path / "b" / "memory", tmp_path / "a" / "memory")
+    skip = ("time/", "throughput/")
+    last_a = {k: v for k, v in straight.history[-1].items() if not k.startswith(skip)}
+    last_b = {k: v for k, v in resumed.history[-1].items() if not k.startswith(skip)}
+    assert last_b == pytest.approx(last_a, abs=1e-9) and last_a["memory/skills"] > 0
+    # an older checkpoint resumes with the memory as it was then (update-1.memory), in a new run
+    older = PolicyTrainer(with_memory(3), source, tmp_path / "c").fit(resume=tmp_path / "b" / "update-1.ckpt")
+    same(older, straight)
+    same_memory(tmp_path / "c" / "memory", tmp_path / "a" / "memory")
+    # without the checkpoint's memory the run would start from an empty one: refused
+    shutil.rmtree(tmp_path / "b" / "update-2.memory")
+    with pytest.raises(DataError, match=r"update-2.memory.* update 0 .* checkpoint .* update 2"):
+        PolicyTrainer(with_memory(3), source, tmp_path / "d").fit(resume=tmp_path / "b" / "update-2.ckpt")

@@ -60,7 +60,7 @@ def state(g: SkillGraph) -> dict:
         "edges": (g.user_skill, g.complement, g.conflict),
         "trajectories": {s: list(q) for s, q in g.trajectories.items()},
         "communities": (g.communities.skill[:, live].tolist(), g.communities.user),
-        "counters": (g.clock, g.totals, sk.next_sid, sk.size, sorted(sk.free)),
+        "counters": (g.clock, g.totals, sk.next_sid, sk.size, sk.free),  # free: in reuse order
         "scenarios": [q.key for q in g.scenarios],
     }
 
@@ -117,3 +117,20 @@ def test_a_newer_format_fails_in_one_line(tmp_path):
         load(d, USERS)
     with pytest.raises(DataError, match="not a saved memory"):
         load(tmp_path, USERS)
+
+
+def test_a_memory_saved_before_the_rule_option_keeps_the_strict_rule(tmp_path):
+    g, _ = grown()
+    assert g.cfg.high_value_rule == "pareto"  # today's default
+    d = save(g, tmp_path / "m", USERS)
+    assert load(d, USERS).cfg.high_value_rule == "pareto"
+    meta = json.loads((d / "memory.json").read_text())
+    del meta["config"]["high_value_rule"]  # as format 1 was written before the option
+    (d / "memory.json").write_text(json.dumps(meta))
+    old = load(d, USERS)
+    assert old.cfg.high_value_rule == "strict"
+    # it goes on distilling under strict: a saturated task quality blocks every trajectory
+    batch = [traj(f"t{i}", i, "c0", task=1.0, pref=p) for i, p in enumerate([0.1, 0.5, 0.9, 0.95, 0.99])]
+    assert old.write(batch)["memory/high_value"] == 0.0
+    # pareto: task quality ties its quantile (1.0); preference above its median 0.9: 0.95, 0.99
+    assert load(save(g, tmp_path / "n", USERS), USERS).write(batch)["memory/high_value"] == 2.0

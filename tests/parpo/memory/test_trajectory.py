@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from parpo.memory.trajectory import classify, high_value, thresholds
 
@@ -7,7 +8,8 @@ from .helpers import traj
 COMPONENTS = ("task_quality", "preference")
 
 
-def test_anchored_users_are_held_to_their_anchor_others_to_the_batch_quantile():
+@pytest.mark.parametrize("rule", ["strict", "pareto"])  # no ties here: both rules agree
+def test_anchored_users_are_held_to_their_anchor_others_to_the_batch_quantile(rule):
     batch = [
         traj("a", 0, "c", task=0.6, pref=0.7),  # user 0: anchor 0.5 on both
         traj("b", 0, "c", task=0.6, pref=0.4),  # preference below the anchor
@@ -15,7 +17,7 @@ def test_anchored_users_are_held_to_their_anchor_others_to_the_batch_quantile():
         traj("d", 1, "c", task=0.1, pref=0.2),
     ]
     anchors = {c: (np.array([0.5, 0.5]), np.array([3, 0])) for c in COMPONENTS}
-    high, margin = high_value(batch, COMPONENTS, anchors, q=0.5)
+    high, margin = high_value(batch, COMPONENTS, anchors, q=0.5, rule=rule)
     # batch medians: task (0.6 + 0.6) / 2 = 0.6, preference (0.4 + 0.7) / 2 = 0.55
     assert high.tolist() == [True, False, True, False]
     np.testing.assert_allclose(margin, [0.15, 0.0, (0.3 + 0.35) / 2, (-0.5 - 0.35) / 2])
@@ -34,7 +36,7 @@ def test_a_saturated_component_blocks_strict_distillation_not_pareto():
     # so nothing is strictly above it; pareto keeps one at 1.0 whose preference is above its quantile.
     batch = [traj(str(k), 0, "c", task=t, pref=p) for k, (t, p) in
              enumerate([(1.0, 0.9), (1.0, 0.2), (1.0, 0.5), (1.0, 0.99), (0.4, 0.5)])]  # fmt: skip
-    strict, _ = high_value(batch, COMPONENTS, None, q=0.8)
+    strict, _ = high_value(batch, COMPONENTS, None, q=0.8, rule="strict")
     pareto, _ = high_value(batch, COMPONENTS, None, q=0.8, rule="pareto")
     # preference 0.8 quantile: 0.9 + 0.2 * (0.99 - 0.9) = 0.918
     assert not strict.any()
@@ -44,7 +46,10 @@ def test_a_saturated_component_blocks_strict_distillation_not_pareto():
 def test_classify_ties_count_only_under_pareto():
     r = np.array([[1.0, 0.6], [1.0, 0.5], [0.9, 0.4], [1.0, 0.4]])
     upper, lower = np.array([[1.0, 0.5]] * 4), np.array([[1.0, 0.45]] * 4)
-    assert [x.tolist() for x in classify(r, upper, lower)] == [[False] * 4, [False, False, True, False]]
+    assert [x.tolist() for x in classify(r, upper, lower, "strict")] == [
+        [False] * 4,
+        [False, False, True, False],
+    ]
     high, low = classify(r, upper, lower, "pareto")
     assert high.tolist() == [True, False, False, False]  # [1.0, 0.5]: all ties, none above
     assert low.tolist() == [False, False, True, True]
