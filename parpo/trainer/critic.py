@@ -53,9 +53,13 @@ def step_grid(episode: Tensor, n_episodes: int) -> Tensor:
 
 def explained_variance(target: Tensor, values: Tensor) -> float:
     """``1 - Var(target - V) / Var(target)`` over matching 1-D ``target``, ``values`` (0 when the
-    targets do not vary)."""
-    var = target.var(unbiased=False)
-    return float(1 - (target - values).var(unbiased=False) / var) if var > 0 else 0.0
+    targets do not vary beyond float rounding: the ratio would then be noise)."""
+    if not target.numel():
+        return 0.0
+    var = float(target.var(unbiased=False))
+    if var <= 1e-10 * (1.0 + float(target.abs().max()) ** 2):
+        return 0.0
+    return 1.0 - float((target - values).var(unbiased=False)) / var
 
 
 def critic_target(target: Tensor, loss: str) -> tuple[Tensor, dict[str, float]]:
