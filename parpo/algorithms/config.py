@@ -142,14 +142,22 @@ class ShapingConfig(StrictModel):
         return self
 
 
-def select_value(advantage: AdvantageConfig, value: ValueConfig, value_set: bool) -> ValueConfig | None:
+def select_value(
+    advantage: AdvantageConfig, value: ValueConfig, value_set: bool, order: str
+) -> ValueConfig | None:
     """The value section a training config runs with: ``advantage.estimator`` is the one selector,
     so a value-based name becomes ``value.estimator``; None when it names a group-relative one.
-    ``value_set``: whether the config set ``value.estimator`` itself (it must then agree)."""
+    ``value_set``: whether the config set ``value.estimator`` itself (it must then agree);
+    ``order``: ``train.order``, which fits a critic unless ``joint``."""
     from parpo.algorithms.gae import VALUE_ESTIMATORS
 
     est = advantage.estimator
     if est not in VALUE_ESTIMATORS:
+        if order != "joint":
+            raise ValueError(
+                f"train.order {order} fits a critic: it needs a value-based advantage.estimator "
+                f"(gae, skip_obs_gae, turn_gae, pact), not {est}"
+            )
         return None
     if value_set and value.estimator != est:
         raise ValueError(

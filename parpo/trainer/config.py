@@ -104,13 +104,9 @@ class PolicyTrainConfig(StrictModel):
     def _critic(self) -> PolicyTrainConfig:
         """``advantage.estimator`` is the one selector: a value-based name turns on the value head
         and becomes ``value.estimator``."""
-        value = select_value(self.advantage, self.value, "estimator" in self.value.model_fields_set)
+        value_set = "estimator" in self.value.model_fields_set
+        value = select_value(self.advantage, self.value, value_set, self.train.order)
         if value is None:
-            if self.train.order != "joint":
-                raise ValueError(
-                    f"train.order {self.train.order} fits a critic: it needs a value-based "
-                    f"advantage.estimator (gae, skip_obs_gae, turn_gae, pact), not {self.advantage.estimator}"
-                )
             return self
         if self.train.order == "single_rollout" and self.runtime.devices > 1:
             raise ValueError("train.order single_rollout runs on one process (runtime.devices=1)")

@@ -134,13 +134,9 @@ class LLMTrainConfig(StrictModel):
     def _critic(self) -> LLMTrainConfig:
         """As the native config: a value-based ``advantage.estimator`` turns on the value head and
         becomes ``value.estimator``."""
-        value = select_value(self.advantage, self.value, "estimator" in self.value.model_fields_set)
+        value_set = "estimator" in self.value.model_fields_set
+        value = select_value(self.advantage, self.value, value_set, self.train.order)
         if value is None:
-            if self.train.order != "joint":
-                raise ValueError(
-                    f"train.order {self.train.order} fits a critic: it needs a value-based "
-                    f"advantage.estimator (gae, skip_obs_gae, turn_gae, pact), not {self.advantage.estimator}"
-                )
             object.__setattr__(self, "policy", self.policy.model_copy(update={"value_head": False}))
         else:  # frozen models: set once, during validation
             object.__setattr__(self, "value", value)
