@@ -249,9 +249,9 @@ def test_each_estimator_trains_the_tiny_llm_without_nan_and_logs_its_components(
         "train.updates=1",
     ]
     small += [
-        "train.tasks_per_update=3",
+        "train.tasks_per_update=2",
         "train.group_size=2",
-        "train.micro_batch_size=3",
+        "train.micro_batch_size=4",
         "train.progress_bar=false",
     ]
     cfg = load(LLMTrainConfig, "policy", preset, [*small, *extra])
