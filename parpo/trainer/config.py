@@ -8,15 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from parpo.algorithms.config import (
-    AdvantageConfig,
-    LossConfig,
-    OptimConfig,
-    ShapingConfig,
-    ValueConfig,
-    select_value,
-    shaping_weights,
-)
+from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig, ShapingConfig, ValueConfig
 from parpo.env.config import EnvConfig
 from parpo.memory.config import MemoryConfig
 from parpo.policy.config import NativePolicyConfig
@@ -104,6 +96,8 @@ class PolicyTrainConfig(StrictModel):
     def _critic(self) -> PolicyTrainConfig:
         """``advantage.estimator`` is the one selector: a value-based name turns on the value head
         and becomes ``value.estimator``."""
+        from parpo.algorithms.config import select_value
+
         value_set = "estimator" in self.value.model_fields_set
         value = select_value(self.advantage, self.value, value_set, self.train.order)
         if value is None:
@@ -122,6 +116,8 @@ class PolicyTrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _shaping_weights(self) -> PolicyTrainConfig:
+        from parpo.algorithms.config import shaping_weights
+
         object.__setattr__(self, "advantage", shaping_weights(self.advantage, self.shaping))
         return self
 

@@ -7,15 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from parpo.algorithms.config import (
-    AdvantageConfig,
-    LossConfig,
-    OptimConfig,
-    ShapingConfig,
-    ValueConfig,
-    select_value,
-    shaping_weights,
-)
+from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig, ShapingConfig, ValueConfig
 from parpo.env.config import EnvConfig
 from parpo_core.config import RuntimeConfig, StrictModel
 
@@ -134,6 +126,8 @@ class LLMTrainConfig(StrictModel):
     def _critic(self) -> LLMTrainConfig:
         """As the native config: a value-based ``advantage.estimator`` turns on the value head and
         becomes ``value.estimator``."""
+        from parpo.algorithms.config import select_value, shaping_weights
+
         value_set = "estimator" in self.value.model_fields_set
         value = select_value(self.advantage, self.value, value_set, self.train.order)
         if value is None:
