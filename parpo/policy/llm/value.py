@@ -40,6 +40,7 @@ def token_values(head: Any, hidden: Tensor, sel: Tensor) -> Tensor:
 
 
 def save(directory: str | Path, head: Any) -> None:
+    """The head's weights into a policy folder (safetensors, no pickle)."""
     from safetensors.torch import save_file
 
     save_file(
