@@ -91,7 +91,7 @@ def main() -> None:
     # The trainer's functions need the model, its sampling temperature, the pad id and the
     # constraint's masks (none here): a stand-in for LLMPolicy, which also renders prompts.
     policy = SimpleNamespace(model=model, temperature=cfg.policy.temperature, device=device, pad_id=pad,
-                             allowed_masks=lambda *_: None)  # fmt: skip
+                             allowed_masks=lambda *_: None, value_head=None)  # fmt: skip
     optimizers = build_optimizers(model, cfg.optim)
     adv = torch.randn(episodes, generator=gen)  # a fixed, non-degenerate advantage per episode
     if device.type == "cuda":

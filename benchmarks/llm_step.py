@@ -103,7 +103,7 @@ def run_ours(model_dir: str, a: argparse.Namespace) -> dict[str, float]:
         pass
 
     pol = _P()
-    pol.model, pol.temperature, pol.device = model, 1.0, torch.device("cpu")
+    pol.model, pol.temperature, pol.device, pol.value_head = model, 1.0, torch.device("cpu"), None
     ppo_update(pol, build_optimizers(model, cfg.optim), batch, adv, cfg, torch.Generator().manual_seed(0))
     t2 = time.perf_counter()
     assert all(len(g.tokens) == a.new_tokens for g in gens)

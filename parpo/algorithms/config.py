@@ -140,3 +140,39 @@ class ShapingConfig(StrictModel):
         if self.max_len is not None and self.len_buffer > self.max_len:
             raise ValueError(f"len_buffer {self.len_buffer} exceeds max_len {self.max_len}")
         return self
+
+
+def select_value(
+    advantage: AdvantageConfig, value: ValueConfig, value_set: bool, order: str
+) -> ValueConfig | None:
+    """The value section a training config runs with: ``advantage.estimator`` is the one selector,
+    so a value-based name becomes ``value.estimator``; None when it names a group-relative one.
+    ``value_set``: whether the config set ``value.estimator`` itself (it must then agree);
+    ``order``: ``train.order``, which fits a critic unless ``joint``."""
+    from parpo.algorithms.gae import VALUE_ESTIMATORS
+
+    est = advantage.estimator
+    if est not in VALUE_ESTIMATORS:
+        if order != "joint":
+            raise ValueError(
+                f"train.order {order} fits a critic: it needs a value-based advantage.estimator "
+                f"(gae, skip_obs_gae, turn_gae, pact), not {est}"
+            )
+        return None
+    if value_set and value.estimator != est:
+        raise ValueError(
+            f"value.estimator ({value.estimator}) differs from advantage.estimator ({est}); "
+            "set advantage.estimator only"
+        )
+    return value.model_copy(update={"estimator": est})
+
+
+def shaping_weights(advantage: AdvantageConfig, shaping: ShapingConfig | None) -> AdvantageConfig:
+    """Explicit advantage weights name every component: the shaping penalties get weight 1 (they
+    are clipped already) unless the config weighs them."""
+    if shaping is None or not advantage.weights:
+        return advantage
+    from parpo.algorithms.shaping import INVALID_CALL, OVERLONG
+
+    names = [INVALID_CALL, *([OVERLONG] if shaping.max_len is not None else [])]
+    return advantage.model_copy(update={"weights": {**{k: 1.0 for k in names}, **advantage.weights}})

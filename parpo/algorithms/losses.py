@@ -287,8 +287,10 @@ def compute_loss(
     is_weights: Tensor | None = None,
     n_tokens: Count,
     n_seqs: Count,
+    turn: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Look up ``cfg.name`` in ``LOSSES`` and call it."""
+    """Look up ``cfg.name`` in ``LOSSES`` and call it. ``turn`` [B, T] (turn ids of a multi-turn
+    row, for ``turn_ratio``) is passed only when given: the other losses take no turns."""
     return LOSSES[cfg.name](
         logp,
         old_logp,
@@ -299,4 +301,5 @@ def compute_loss(
         is_weights=is_weights,
         n_tokens=n_tokens,
         n_seqs=n_seqs,
+        **({} if turn is None else {"turn": turn}),
     )

@@ -96,19 +96,12 @@ class PolicyTrainConfig(StrictModel):
     def _critic(self) -> PolicyTrainConfig:
         """``advantage.estimator`` is the one selector: a value-based name turns on the value head
         and becomes ``value.estimator``."""
-        est = self.advantage.estimator
-        if not self.value_based:
-            if self.train.order != "joint":
-                raise ValueError(
-                    f"train.order {self.train.order} fits a critic: it needs a value-based "
-                    f"advantage.estimator (gae, skip_obs_gae, turn_gae, pact), not {est}"
-                )
+        from parpo.algorithms.config import select_value
+
+        value_set = "estimator" in self.value.model_fields_set
+        value = select_value(self.advantage, self.value, value_set, self.train.order)
+        if value is None:
             return self
-        if "estimator" in self.value.model_fields_set and self.value.estimator != est:
-            raise ValueError(
-                f"value.estimator ({self.value.estimator}) differs from advantage.estimator ({est}); "
-                "set advantage.estimator only"
-            )
         if self.train.order == "single_rollout" and self.runtime.devices > 1:
             raise ValueError("train.order single_rollout runs on one process (runtime.devices=1)")
         if self.train.order == "single_rollout" and self.policy.memory_skills:
@@ -117,21 +110,15 @@ class PolicyTrainConfig(StrictModel):
                 "train.order single_rollout does not take the skill memory (policy.memory_skills=0)"
             )
         # frozen models: set once, during validation
-        object.__setattr__(self, "value", self.value.model_copy(update={"estimator": est}))
+        object.__setattr__(self, "value", value)
         object.__setattr__(self, "policy", self.policy.model_copy(update={"value_head": True}))
         return self
 
     @model_validator(mode="after")
     def _shaping_weights(self) -> PolicyTrainConfig:
-        """Explicit advantage weights name every component: the shaping penalties get weight 1
-        (they are clipped already) unless the config weighs them."""
-        if self.shaping is None or not self.advantage.weights:
-            return self
-        from parpo.algorithms.shaping import INVALID_CALL, OVERLONG
+        from parpo.algorithms.config import shaping_weights
 
-        names = [INVALID_CALL, *([OVERLONG] if self.shaping.max_len is not None else [])]
-        weights = {**{k: 1.0 for k in names}, **self.advantage.weights}
-        object.__setattr__(self, "advantage", self.advantage.model_copy(update={"weights": weights}))
+        object.__setattr__(self, "advantage", shaping_weights(self.advantage, self.shaping))
         return self
 
     @model_validator(mode="after")

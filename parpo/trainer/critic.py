@@ -51,6 +51,27 @@ def step_grid(episode: Tensor, n_episodes: int) -> Tensor:
     return grid
 
 
+def explained_variance(target: Tensor, values: Tensor) -> float:
+    """``1 - Var(target - V) / Var(target)`` over matching 1-D ``target``, ``values`` (0 when the
+    targets do not vary beyond float rounding: the ratio would then be noise)."""
+    if not target.numel():
+        return 0.0
+    var = float(target.var(unbiased=False))
+    if var <= 1e-10 * (1.0 + float(target.abs().max()) ** 2):
+        return 0.0
+    return 1.0 - float((target - values).var(unbiased=False)) / var
+
+
+def critic_target(target: Tensor, loss: str) -> tuple[Tensor, dict[str, float]]:
+    """The critic's regression target for ``CRITIC_LOSSES[loss]``: a BCE critic's is a probability,
+    so targets are clamped to ``[0, 1]`` (penalties or anchored rewards can leave it; the actor's
+    advantage keeps them); ``critic/target_clamped_frac`` says how often."""
+    if loss != "bce":
+        return target, {}
+    out = float(((target < 0) | (target > 1)).float().mean()) if target.numel() else 0.0
+    return target.clamp(0.0, 1.0), {"critic/target_clamped_frac": out}
+
+
 @dataclass
 class StepCredit:
     """What the update needs per sample ``N``: the actor's advantage ``adv`` [N, T] and the
@@ -107,9 +128,7 @@ def step_credit(
     # the critic's target sits on each step's first action token (the only one in its value mask)
     out_target = torch.zeros(N, dtype=adv.dtype, device=adv.device)
     out_target[grid[has]] = (credit.returns * credit.value_mask).view(E, S, width).sum(-1)[has]
-    resid = out_target - values.to(adv.dtype)
-    var = out_target.var(unbiased=False)
-    metrics["critic/explained_variance"] = float(1 - resid.var(unbiased=False) / var) if var > 0 else 0.0
+    metrics["critic/explained_variance"] = explained_variance(out_target, values.to(adv.dtype))
     return StepCredit(out_adv.expand(N, T) if width == 1 else out_adv, out_target), metrics
 
 
@@ -161,8 +180,5 @@ def value_credit(
         cfg.value,
         whiten_adv=cfg.advantage.whiten is not False,
     )
-    target = credit.target
-    if bce:  # a probability: penalties or anchored rewards can leave [0, 1]; the actor keeps them
-        metrics["critic/target_clamped_frac"] = float(((target < 0) | (target > 1)).float().mean())
-        target = target.clamp(0.0, 1.0)
-    return credit.adv.float(), metrics | m, CriticTargets(target.float(), cfg.value.critic_loss)
+    target, tm = critic_target(credit.target, cfg.value.critic_loss)
+    return credit.adv.float(), metrics | m | tm, CriticTargets(target.float(), cfg.value.critic_loss)

@@ -416,7 +416,7 @@ class PolicyTrainer:
                         share = 1.0 if k in ("loss", "critic/loss") else c.numel() / mb.numel()
                         lm[k] = lm.get(k, 0.0) + v * share
                 if cfg.train.max_grad_norm is not None and cfg.value_based:
-                    lm |= _clip_apart(module, cfg.train.max_grad_norm)
+                    lm |= clip_apart(module, cfg.train.max_grad_norm)
                 elif cfg.train.max_grad_norm is not None:
                     for opt in optimizers:
                         lm["grad_norm"] = float(
@@ -497,7 +497,7 @@ class PolicyTrainer:
         return policy.featurizer.memory
 
 
-def _clip_apart(module: Any, max_norm: float) -> dict[str, float]:
+def clip_apart(module: Any, max_norm: float) -> dict[str, float]:
     """Clip the policy's and the value head's gradients each to ``max_norm``: a large critic
     gradient must not shrink the actor's step (one joint norm would couple them)."""
     named = list(module.named_parameters())

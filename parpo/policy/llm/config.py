@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig
+from parpo.algorithms.config import AdvantageConfig, LossConfig, OptimConfig, ShapingConfig, ValueConfig
 from parpo.env.config import EnvConfig
 from parpo.memory.config import MemoryConfig
 from parpo_core.config import RuntimeConfig, StrictModel
@@ -64,6 +64,11 @@ class LLMPolicyConfig(StrictModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' dtype")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
     lora: LoraConfig = LoraConfig()
+    value_head: bool = Field(
+        False,
+        description="a critic: a value per token from a head on the last hidden state (set by the training "
+        "config when advantage.estimator is value-based; saved as value_head.safetensors)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LLMPolicyConfig:
@@ -85,7 +90,15 @@ class LLMTrainLoopConfig(StrictModel):
     ppo_epochs: int = Field(1, ge=1, description="passes over each update's episodes")
     minibatches: int = Field(1, ge=1, description="optimiser steps per PPO epoch")
     micro_batch_size: int = Field(4, ge=1, description="episodes per forward (gradient accumulation)")
-    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (null: off)")
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="gradient clipping, the policy's and the value head's apart (null: off)"
+    )
+    order: Literal["joint", "actor_then_critic"] = Field(
+        "joint",
+        description="joint: the critic (value-based estimators) is fitted on the same minibatches as the "
+        "actor; actor_then_critic (PACT): the actor's epochs first, then the critic's, on the episodes "
+        "reweighted by the updated actor's importance ratio (single_rollout is the native trainer's only)",
+    )
     progress_bar: bool = Field(
         True, description="show progress over updates (a line per update off a terminal)"
     )
@@ -106,6 +119,33 @@ class LLMTrainConfig(StrictModel):
     optim: OptimConfig = OptimConfig(lr=1e-5)
     train: LLMTrainLoopConfig = LLMTrainLoopConfig()
     memory: MemoryConfig = MemoryConfig()
+    value: ValueConfig = Field(
+        ValueConfig(), description="value-based credit and critic (when advantage.estimator names one)"
+    )
+    shaping: ShapingConfig | None = Field(
+        None, description="clipped penalties for over-long episodes and invalid calls (null: none)"
+    )
+
+    @property
+    def value_based(self) -> bool:
+        """Whether ``advantage.estimator`` names a value-based estimator (a critic is trained)."""
+        return self.policy.value_head
+
+    @model_validator(mode="after")
+    def _critic(self) -> LLMTrainConfig:
+        """As the native config: a value-based ``advantage.estimator`` turns on the value head and
+        becomes ``value.estimator``."""
+        from parpo.algorithms.config import select_value, shaping_weights
+
+        value_set = "estimator" in self.value.model_fields_set
+        value = select_value(self.advantage, self.value, value_set, self.train.order)
+        if value is None:
+            object.__setattr__(self, "policy", self.policy.model_copy(update={"value_head": False}))
+        else:  # frozen models: set once, during validation
+            object.__setattr__(self, "value", value)
+            object.__setattr__(self, "policy", self.policy.model_copy(update={"value_head": True}))
+        object.__setattr__(self, "advantage", shaping_weights(self.advantage, self.shaping))
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> LLMTrainConfig:

@@ -41,10 +41,28 @@ def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, tem
 
     Positions count attended tokens only (as ``generate`` does with left padding), so the values
     do not depend on how a batch was padded."""
+    logp, ent, _ = token_scores(model, ids, attention, mask, temperature, allowed)
+    return logp, ent
+
+
+def forward(model: Any, ids: Tensor, attention: Tensor, hidden: bool = False) -> Any:
+    """The model's output on right-padded ``ids`` with positions counting attended tokens only;
+    ``hidden``: with the hidden states (the value head reads the last)."""
     pos = (attention.cumsum(-1) - 1).clamp(min=0)
-    hidden_logits = model(input_ids=ids, attention_mask=attention, position_ids=pos).logits[:, :-1]
+    return model(input_ids=ids, attention_mask=attention, position_ids=pos, output_hidden_states=hidden)
+
+
+def token_scores(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, temperature: float,
+                 allowed: Tensor | None = None, value_head: Any = None,
+                 value_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:  # fmt: skip
+    """``token_logprobs``' log-probs and entropies and, with ``value_head``, the values [B, L] of the
+    states before the tokens where ``value_mask`` [B, L] is set (``value.token_values``; 0
+    elsewhere), all from one forward pass; the values are None without a head."""
+    from parpo.policy.llm.value import token_values
+
+    out = forward(model, ids, attention, hidden=value_head is not None)
     sel = mask[:, 1:]
-    logits = hidden_logits[sel].float() / temperature  # [N, V]
+    logits = out.logits[:, :-1][sel].float() / temperature  # [N, V]
     if allowed is not None:
         logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
     lp = torch.log_softmax(logits, dim=-1)
@@ -55,4 +73,7 @@ def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, tem
     entropy = torch.zeros_like(logp)
     logp[:, 1:][sel] = picked
     entropy[:, 1:][sel] = ent
-    return logp, entropy
+    if value_head is None:
+        return logp, entropy, None
+    vm = mask if value_mask is None else value_mask
+    return logp, entropy, token_values(value_head, out.hidden_states[-1], vm)

@@ -31,6 +31,7 @@ from parpo.env.tasks import Task
 from parpo.memory.policy_memory import PolicyMemory
 from parpo.policy.base import ActOutput
 from parpo.policy.llm import model as lm
+from parpo.policy.llm import value
 from parpo.policy.llm.config import LLMPolicyConfig
 from parpo.policy.llm.constrain import ToolCallConstraint, token_texts
 from parpo.policy.llm.conversation import ChatFormat, Conversation
@@ -72,8 +73,10 @@ class LLMPolicy:
     kind = "llm"
 
     def __init__(self, model: Any, tokenizer: Any, cfg: LLMPolicyConfig, reward_model: RewardModel,
-                 catalogue: Catalogue, base: dict[str, str] | None = None) -> None:  # fmt: skip
+                 catalogue: Catalogue, base: dict[str, str] | None = None, value_head: Any = None) -> None:  # fmt: skip
         self.model, self.tokenizer, self.cfg, self.base = model, tokenizer, cfg, base
+        #: the critic (``parpo.policy.llm.value``), with ``cfg.value_head``; None without
+        self.value_head = value_head
         self.temperature = cfg.temperature
         stop = stop_ids(tokenizer, model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
@@ -103,7 +106,9 @@ class LLMPolicy:
             base = {"path": str(Path(cfg.model).resolve()), "sha256": lm.weights_sha256(cfg.model)}
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        return cls(model, tok, cfg, reward_model, catalogue, base)
+        # Created after the model (and its adapters): a seed draws the same policy with or without it.
+        head = value.value_head(model.config.hidden_size) if cfg.value_head else None
+        return cls(model, tok, cfg, reward_model, catalogue, base, head)
 
     @property
     def device(self) -> torch.device:
@@ -261,12 +266,16 @@ class LLMPolicy:
 
             index = self.memory.user_index
             save_memory(self.memory.graph, Path(directory) / MEMORY, sorted(index, key=index.__getitem__))
+        if self.value_head is not None:
+            value.save(directory, self.value_head)
 
     @classmethod
     def load(cls, directory: str | Path, reward_model: RewardModel, catalogue: Catalogue) -> LLMPolicy:
+        """A saved policy; one saved without a value head (or before heads existed) loads without."""
         model, tok, cfg, base = lm.load(directory)
         model.eval()
-        policy = cls(model, tok, cfg, reward_model, catalogue, base)
+        head = value.load(directory, model.config.hidden_size) if cfg.value_head else None
+        policy = cls(model, tok, cfg, reward_model, catalogue, base, head)
         if cfg.memory_skills and (Path(directory) / MEMORY).is_dir():
             from parpo.memory.store import load as load_memory
 

@@ -1,6 +1,12 @@
-"""PARPO for the LLM backend: tasks -> G episodes per task (each one sample) -> reward components ->
-``ADVANTAGES`` with the user anchors -> PPO epochs with ``LOSSES``/``AGGREGATIONS`` over the
+"""PARPO for the LLM backend: tasks -> G episodes per task (each one sample) -> reward components
+(+ clipped shaping penalties) -> advantages -> PPO epochs with ``LOSSES``/``AGGREGATIONS`` over the
 generated tokens -> anchors. One process (CPU, or one GPU with bf16 and gradient checkpointing).
+
+The advantage is group-relative (``ADVANTAGES`` with the user anchors) or value-based
+(``VALUE_ESTIMATORS`` on the episodes' tokens, ``parpo.policy.llm.credit``): the policy's value
+head (``parpo.policy.llm.value``) is then fitted on the same minibatches as the actor
+(``train.order: joint``) or after the actor's epochs, on the episodes reweighted by the updated
+actor's ratio (``actor_then_critic``).
 
 Behaviour log-probs: with ``loss.tis`` the trainer rescores the episodes before the update and
 the token-level truncated importance weights ``pi_old / pi_engine`` correct for the engine's
@@ -19,15 +25,28 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from parpo.algorithms import AnchorStore, build_optimizers, compute_advantages, compute_loss
+from parpo.algorithms import (
+    CRITIC_LOSSES,
+    AnchorSnapshot,
+    AnchorStore,
+    build_optimizers,
+    compute_advantages,
+    compute_loss,
+    pact_critic_weights,
+    value_reward,
+)
+from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
 from parpo.policy.llm.config import LLMTrainConfig, LLMTrainLoopConfig
-from parpo.policy.llm.logprobs import pad_batch, token_logprobs
+from parpo.policy.llm.credit import chain_mask, token_credit, turn_ids
+from parpo.policy.llm.logprobs import forward, pad_batch, token_scores
 from parpo.policy.llm.policy import LLMPolicy
-from parpo.policy.llm.rollout import collect
-from parpo.trainer.loop import TrainResult, write_csv
+from parpo.policy.llm.rollout import Episodes, collect
+from parpo.policy.llm.value import token_values
+from parpo.trainer.loop import TrainResult, clip_apart, write_csv
 from parpo.trainer.metrics import reward_metrics, rollout_report
+from parpo.trainer.rollout import shaping_components
 from parpo_core.errors import DataError, UserError
 from parpo_core.progress import step_progress
 
@@ -38,78 +57,154 @@ def _rows(batch: dict[str, Tensor], idx: Tensor, device: torch.device) -> dict[s
     return {k: v[idx][:, :width].to(device) for k, v in batch.items()}
 
 
+def trainable(policy: LLMPolicy) -> torch.nn.Module:
+    """What the optimisers step: the model, and with a value head both under one module whose
+    head parameters are named ``value_head.*`` (``optim.critic_lr``, clipped apart)."""
+    if policy.value_head is None:
+        return policy.model
+    return torch.nn.ModuleDict({"model": policy.model, CRITIC_PREFIX: policy.value_head})
+
+
 @torch.no_grad()
-def behaviour_logprobs(policy: LLMPolicy, batch: dict[str, Tensor], micro_batch_size: int) -> Tensor:
-    """[E, L] the current weights' log-probs of the generated tokens (0 elsewhere)."""
-    out = torch.zeros_like(batch["rollout_logp"])
-    for idx in torch.arange(out.shape[0]).split(micro_batch_size):
+def behaviour_scores(policy: LLMPolicy, batch: dict[str, Tensor], micro_batch_size: int,
+                     value_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:  # fmt: skip
+    """[E, L] the current weights' log-probs and entropies of the generated tokens (0 elsewhere)
+    and, with ``value_mask`` [E, L], the value head's raw outputs there (None without)."""
+    logp, ent = torch.zeros_like(batch["rollout_logp"]), torch.zeros_like(batch["rollout_logp"])
+    values = None if value_mask is None else torch.zeros_like(logp)
+    for idx in torch.arange(logp.shape[0]).split(micro_batch_size):
         x = _rows(batch, idx, policy.device)
         allowed = policy.allowed_masks(x["ids"], x["mask"], x["mask"])
-        logp, _ = token_logprobs(
-            policy.model, x["ids"], x["attention"], x["mask"], policy.temperature, allowed
+        vm = None if value_mask is None else value_mask[idx][:, : x["ids"].shape[1]].to(policy.device)
+        lp, e, v = token_scores(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature,
+                                allowed, policy.value_head if vm is not None else None, vm)  # fmt: skip
+        logp[idx, : lp.shape[1]], ent[idx, : e.shape[1]] = lp.cpu(), e.cpu()
+        if values is not None and v is not None:
+            values[idx, : v.shape[1]] = v.cpu()
+    return logp, ent, values
+
+
+def episode_loss(policy: LLMPolicy, x: dict[str, Tensor], adv: Tensor | None, cfg: LLMTrainConfig,
+                 n_tokens: Tensor, n_seqs: int, n_values: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+    """``LOSSES[cfg.loss.name]`` of a micro-batch of episodes ``x`` (``_rows``; with ``old_logp``,
+    under TIS ``is_weights``, for ``turn_ratio`` ``turn``) with advantages ``adv`` [b] or [b, L],
+    over their generated tokens (``adv`` None: no actor loss). With ``n_values`` (the minibatch's
+    count of critic tokens) plus ``CRITIC_LOSSES[cfg.value.critic_loss]`` of the value head on
+    ``x["target"]`` where ``x["value_mask"]`` (weighted by ``x["critic_weights"]`` if given)."""
+    critic = n_values is not None
+    metrics: dict[str, float] = {}
+    loss = torch.zeros((), device=x["ids"].device)
+    if adv is None:  # the critic alone: the head reads a detached state, so no graph through the model
+        with torch.no_grad():
+            hidden = forward(policy.model, x["ids"], x["attention"], hidden=True).hidden_states[-1]
+        v = token_values(policy.value_head, hidden, x["value_mask"])
+    else:
+        allowed = policy.allowed_masks(x["ids"], x["mask"], x["mask"])
+        logp, ent, v = token_scores(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature, allowed,
+                                    policy.value_head if critic else None, x.get("value_mask"))  # fmt: skip
+        a = adv.to(logp.device)
+        loss, metrics = compute_loss(
+            logp, x["old_logp"], a[:, : logp.shape[1]] if a.ndim == 2 else a, x["mask"], cfg.loss,
+            is_weights=x.get("is_weights"), n_tokens=n_tokens, n_seqs=n_seqs, turn=x.get("turn"),
+        )  # fmt: skip
+        metrics["loss"] = float(loss.detach())
+        metrics["entropy"] = float((ent.detach() * x["mask"]).sum() / x["mask"].sum().clamp(min=1))
+    if critic and v is not None:
+        closs, cm = CRITIC_LOSSES[cfg.value.critic_loss](
+            v, x["target"], x["value_mask"], weights=x.get("critic_weights"), n_tokens=n_values
         )
-        out[idx, : logp.shape[1]] = logp.cpu()
-    return out
-
-
-def episode_loss(policy: LLMPolicy, x: dict[str, Tensor], adv: Tensor, cfg: LLMTrainConfig,
-                 n_tokens: Tensor, n_seqs: int) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
-    """``LOSSES[cfg.loss.name]`` of a micro-batch of episodes ``x`` (``_rows``; with ``old_logp``
-    and, under TIS, ``is_weights``) with advantages ``adv`` [b], over their generated tokens."""
-    allowed = policy.allowed_masks(x["ids"], x["mask"], x["mask"])
-    logp, ent = token_logprobs(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature, allowed)
-    loss, metrics = compute_loss(
-        logp, x["old_logp"], adv.to(logp.device), x["mask"], cfg.loss,
-        is_weights=x.get("is_weights"), n_tokens=n_tokens, n_seqs=n_seqs,
-    )  # fmt: skip
-    metrics["entropy"] = float((ent.detach() * x["mask"]).sum() / x["mask"].sum().clamp(min=1))
+        loss, metrics = loss + closs, metrics | cm
     return loss, metrics
 
 
 def ppo_update(policy: LLMPolicy, optimizers: Sequence[torch.optim.Optimizer], batch: dict[str, Tensor],
-               adv: Tensor, cfg: LLMTrainConfig, perm_gen: torch.Generator) -> dict[str, float]:  # fmt: skip
+               adv: Tensor | None, cfg: LLMTrainConfig, perm_gen: torch.Generator, *, critic: bool = False,
+               prefix: str = "actor/") -> dict[str, float]:  # fmt: skip
     """``ppo_epochs`` x ``minibatches`` optimiser steps over the episodes of ``batch`` (``pad_batch``
-    plus ``old_logp`` [E, L], and ``is_weights`` under TIS); returns ``actor/*`` means."""
+    plus ``old_logp`` [E, L], and ``is_weights`` under TIS); ``adv`` [E] or [E, L] (None: the
+    critic alone); ``critic``: also fit the value head (``batch`` holds ``target`` and
+    ``value_mask``). Returns ``<prefix>*`` means (``critic/*`` as they are)."""
     t: LLMTrainLoopConfig = cfg.train
     sums: dict[str, float] = {}
     steps = 0
     n = batch["ids"].shape[0]
+    params = trainable(policy)
     for _ in range(t.ppo_epochs):
         for mb in torch.randperm(n, generator=perm_gen).tensor_split(t.minibatches):
             if not mb.numel():
                 continue
             n_tokens = batch["mask"][mb].sum().clamp(min=1).to(policy.device)
+            n_values = batch["value_mask"][mb].sum().clamp(min=1).to(policy.device) if critic else None
             lm: dict[str, float] = {}
             for chunk in mb.split(t.micro_batch_size):
-                loss, m = episode_loss(policy, _rows(batch, chunk, policy.device), adv[chunk], cfg, n_tokens,
-                                       mb.numel())  # fmt: skip
+                loss, m = episode_loss(policy, _rows(batch, chunk, policy.device),
+                                       None if adv is None else adv[chunk], cfg, n_tokens, mb.numel(),
+                                       n_values)  # fmt: skip
                 loss.backward()
-                m["loss"] = float(loss.detach())
-                for k, v in m.items():  # the loss adds up over chunks; the rest: episode-weighted means
-                    lm[k] = lm.get(k, 0.0) + v * (1.0 if k == "loss" else chunk.numel() / mb.numel())
+                for k, v in m.items():  # losses add up over chunks; the rest: episode-weighted means
+                    share = 1.0 if k in ("loss", "critic/loss") else chunk.numel() / mb.numel()
+                    lm[k] = lm.get(k, 0.0) + v * share
             if t.max_grad_norm is not None:
-                params = [p for p in policy.model.parameters() if p.requires_grad]
-                lm["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm))
+                lm |= clip_apart(params, t.max_grad_norm)
             for opt in optimizers:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             for k, v in lm.items():
                 sums[k] = sums.get(k, 0.0) + v
             steps += 1
-    return {f"actor/{k}": v / max(steps, 1) for k, v in sums.items()}
+    return {(k if k.startswith("critic/") else prefix + k): v / max(steps, 1) for k, v in sums.items()}
 
 
 def training_batch(policy: LLMPolicy, convs: Sequence[Any], cfg: LLMTrainConfig) -> dict[str, Tensor]:
-    """``pad_batch`` of the episodes with their behaviour log-probs (and TIS weights)."""
+    """``pad_batch`` of the episodes with their behaviour log-probs (and TIS weights); for
+    ``turn_ratio`` the turn ids; with a value head the critic's values on the estimator's chain
+    (``values``: ``sigmoid`` of the head for a BCE critic) and the tokens' entropies."""
     from parpo.algorithms import tis_weights
 
     batch = pad_batch(convs, policy.pad_id)
+    value_mask = chain_mask(cfg.value.estimator, batch["mask"]) if cfg.value_based else None
+    if cfg.loss.tis or value_mask is not None:
+        old, ent, values = behaviour_scores(policy, batch, cfg.train.micro_batch_size, value_mask)
+        if values is not None:
+            batch["values"] = torch.sigmoid(values) if cfg.value.critic_loss == "bce" else values
+            batch["entropy"] = ent
     if cfg.loss.tis:
-        batch["old_logp"] = behaviour_logprobs(policy, batch, cfg.train.micro_batch_size)
+        batch["old_logp"] = old
         batch["is_weights"] = tis_weights(batch["old_logp"], batch["rollout_logp"], cfg.loss.tis_cap)
     else:
         batch["old_logp"] = batch["rollout_logp"]
+    if cfg.loss.name == "turn_ratio":
+        batch["turn"] = turn_ids(batch["mask"])
     return batch
+
+
+def episode_advantages(eps: Episodes, batch: dict[str, Tensor], snap: AnchorSnapshot,
+               cfg: LLMTrainConfig) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+    """The actor's advantages against the anchors ``snap``: [E] from ``ADVANTAGES``, or [E, L] from
+    the critic's values (``token_credit``; then ``batch`` gains the critic's ``target`` and
+    ``value_mask``)."""
+    if not cfg.value_based:
+        return compute_advantages(eps.rewards, eps.group, eps.user, snap, cfg.advantage)
+    reward, metrics = value_reward(eps.rewards, eps.user, snap if cfg.value.anchored else None, cfg.advantage)
+    credit, m = token_credit(reward, batch["values"], batch["mask"], batch["entropy"], cfg.value,
+                             whiten_adv=cfg.advantage.whiten is not False)  # fmt: skip
+    batch["target"], batch["value_mask"] = credit.target, credit.value_mask
+    return credit.adv, metrics | m
+
+
+def critic_after_actor(policy: LLMPolicy, optimizers: Sequence[torch.optim.Optimizer], batch: dict[str, Tensor],
+                       cfg: LLMTrainConfig, perm_gen: torch.Generator) -> dict[str, float]:  # fmt: skip
+    """PACT's second phase: the episodes rescored by the *updated* actor, the critic fitted with
+    per-token weights ``pact_critic_weights`` (the ratio of the actor's tokens from each on)."""
+    new_logp = behaviour_scores(policy, batch, cfg.train.micro_batch_size)[0]
+    chain = chain_mask(cfg.value.estimator, batch["mask"])
+    w = pact_critic_weights(new_logp, batch["old_logp"], chain, cfg.value.is_cap)
+    out = ppo_update(policy, optimizers, batch | {"critic_weights": w}, None, cfg, perm_gen, critic=True,
+                     prefix="critic/")  # fmt: skip
+    vm = batch["value_mask"]
+    out["critic/is_weight_mean"] = float(w[vm].mean())
+    out["critic/is_weight_capped_frac"] = float((w[vm] >= cfg.value.is_cap).float().mean())
+    return out
 
 
 def _device(name: str) -> torch.device:
@@ -137,8 +232,8 @@ class LLMTrainer:
         seed = cfg.runtime.seed
         torch.manual_seed(seed)
         policy = LLMPolicy.create(cfg.policy, src.reward_model, src.catalogue)
-        policy.model.to(_device(cfg.runtime.device))
-        optimizers = build_optimizers(policy.model, cfg.optim)
+        params = trainable(policy).to(_device(cfg.runtime.device))
+        optimizers = build_optimizers(params, cfg.optim)
         anchors = AnchorStore.from_config(cfg.advantage)
         env = src.env(self.preference_transform)
         tasks = src.tasks("train")
@@ -166,11 +261,17 @@ class LLMTrainer:
             eps = collect(policy, env, [tasks[i] for i in picks], t.group_size, src.reward_model.user_index,
                           generator=sample_gen)  # fmt: skip
             t1 = time.perf_counter()
+            if cfg.shaping is not None:
+                eps.rewards.update(shaping_components(eps.infos, cfg.shaping))
             snap = anchors.snapshot()  # before this update's rewards move them: the write-back's thresholds
-            adv, adv_metrics = compute_advantages(eps.rewards, eps.group, eps.user, snap, cfg.advantage)
-            policy.model.train()
-            batch = training_batch(policy, eps.convs, cfg)
-            loss_metrics = ppo_update(policy, optimizers, batch, adv, cfg, perm_gen)
+            batch = training_batch(policy, eps.convs, cfg)  # the critic's values as the policy acted
+            adv, adv_metrics = episode_advantages(eps, batch, snap, cfg)
+            params.train()
+            joint = cfg.value_based and t.order == "joint"
+            loss_metrics = ppo_update(policy, optimizers, batch, adv, cfg, perm_gen, critic=joint)
+            if cfg.value_based and t.order == "actor_then_critic":
+                params.eval()
+                loss_metrics |= critic_after_actor(policy, optimizers, batch, cfg, perm_gen)
             policy.engine.sync(policy.model)
             anchor_metrics = anchors.update(eps.user, eps.rewards[cfg.advantage.preference_key])
             memory_metrics = {}
@@ -204,5 +305,5 @@ class LLMTrainer:
                      f"{metrics.get('reward/task/valid_calls/mean', 0):.3f}  no slate {metrics['report/no_slate']:.2f}")  # fmt: skip
         if step is not None:
             step(None)
-        policy.model.eval()
+        params.eval()
         return TrainResult(policy, anchors, logs, history)  # type: ignore[arg-type]

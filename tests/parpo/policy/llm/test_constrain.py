@@ -211,13 +211,13 @@ def test_constrained_trainer_logprobs_equal_the_engines_within_1e_5(tiny_llm, ha
     from parpo.policy.llm.config import LLMTrainConfig
     from parpo.policy.llm.logprobs import pad_batch
     from parpo.policy.llm.rollout import run_episodes
-    from parpo.policy.llm.trainer import behaviour_logprobs, training_batch
+    from parpo.policy.llm.trainer import behaviour_scores, training_batch
     from tests.plugins.envs import hand_tasks
 
     policy = _policy(tiny_llm, True)
     convs, _, _ = run_episodes(policy, hand_env, hand_tasks() * 2, generator=torch.Generator().manual_seed(1))
     b = pad_batch(convs, policy.pad_id)
-    old = behaviour_logprobs(policy, b, micro_batch_size=2)
+    old = behaviour_scores(policy, b, micro_batch_size=2)[0]
     assert int(b["mask"].sum()) > 30
     assert (old - b["rollout_logp"])[b["mask"]].abs().max().item() <= 1e-5
     # without the masks the trainer would score another distribution: the gap is real
