@@ -14,21 +14,24 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipelines import idmaps
-from data_pipelines.adapters.base import ROW_COLUMNS, Source
+from data_pipelines.adapters.base import ROW_COLUMNS, FileSpec, Source
 from data_pipelines.dataset import Dataset, fingerprint_of
 from data_pipelines.dedupe import KeySet, first_new
 from data_pipelines.idrule import TRIMMED, apply_id_rule, check_id_rule
-from data_pipelines.lines import LINE
+from data_pipelines.lines import LINE, Chunk
+from data_pipelines.prefetch import prefetch
 from data_pipelines.schema import (
     CONTEXTS,
     IDMAP,
@@ -68,11 +71,16 @@ INTERACTIONS_DICTIONARY = [
 ]
 
 
-def write_parquet(df: pl.DataFrame, path: Path, schema, dictionary: bool | list[str] = True) -> str:
-    """Write a canonical table (schema version in metadata); returns its sha256.
+def write_parquet(df: pl.DataFrame, path: Path, schema) -> str:
+    """Write a canonical table (schema version in metadata); returns its sha256."""
+    return write_table(to_arrow(df, schema), path)
+
+
+def write_table(table: pa.Table, path: Path, dictionary: bool | list[str] = True) -> str:
+    """Write an Arrow table conformed by ``to_arrow`` as zstd parquet; returns its sha256.
 
     ``dictionary``: dictionary-encode every column, or only the columns named."""
-    pq.write_table(to_arrow(df, schema), path, compression="zstd", use_dictionary=dictionary)
+    pq.write_table(table, path, compression="zstd", use_dictionary=dictionary)
     return sha256_file(path)
 
 
@@ -211,9 +219,10 @@ def _stage(
     rejects: list[pl.DataFrame] = []
     n_chunk = 0
     for spec in source.files:
-        for i_chunk, chunk in enumerate(spec.chunks()):
+        # Reading, parsing and transforming chunk i+1 overlaps the rest of chunk i (about as long).
+        for i_chunk, (chunk, rows) in enumerate(prefetch(_transformed(spec))):
             out.rows_in += chunk.n_lines
-            rows, id_rule = apply_id_rule(spec.transform(chunk.fields))
+            rows, id_rule = apply_id_rule(rows)
             bad = failing_lines(rows, checks + id_rule)
             # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
             # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
@@ -261,6 +270,12 @@ def _stage(
     return out
 
 
+def _transformed(spec: FileSpec) -> Iterator[tuple[Chunk, pl.DataFrame]]:
+    """A file's chunks, each with its canonical rows (the adapter's transform of its fields)."""
+    for chunk in spec.chunks():
+        yield chunk, spec.transform(chunk.fields)
+
+
 def _collect_ids(out: Staged, rows: pl.DataFrame) -> None:
     """Remember a chunk's users, items, item categories and request contexts."""
     out.users.append(rows.select(pl.col("user_id").alias("id")).drop_nulls().unique(maintain_order=True))
@@ -277,18 +292,36 @@ def _collect_ids(out: Staged, rows: pl.DataFrame) -> None:
 
 
 def _write_partitions(txn: Transaction, n_buckets: int, next_seq: pl.DataFrame) -> list[dict[str, Any]]:
-    """Pass 2: ``seq`` per key, one bucket at a time, each bucket one interactions partition."""
+    """Pass 2: ``seq`` per key, one bucket at a time, each bucket one interactions partition.
+
+    A bucket's parquet write (pyarrow, one thread) overlaps the next bucket's ``seq``. At most
+    one write is pending, and it frees its polars frame once converted to Arrow, so pass 2
+    holds about one bucket more than it would without the overlap."""
     stage = txn.scratch("stage")
     partitions = []
-    for b in range(n_buckets):
-        paths = sorted(stage.glob(f"b{b}-c*.arrow"))
-        if not paths:
-            continue
-        df = _assign_seq(pl.concat([pl.read_ipc(p) for p in paths]), next_seq)
-        rel = f"interactions/part-{txn.id}-{b:04d}.parquet"
-        sha = write_parquet(df, txn.path(rel), INTERACTIONS, INTERACTIONS_DICTIONARY)
-        partitions.append({"path": rel, "rows": df.height, "sha256": sha})
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-write") as writer:
+        pending: Future | None = None
+        for b in range(n_buckets):
+            paths = sorted(stage.glob(f"b{b}-c*.arrow"))
+            if not paths:
+                continue
+            df = _assign_seq(pl.concat([pl.read_ipc(p) for p in paths]), next_seq)
+            if pending is not None:
+                partitions.append(pending.result())
+            pending = writer.submit(_write_partition, txn, b, [df])
+            del df
+        if pending is not None:
+            partitions.append(pending.result())
     return partitions
+
+
+def _write_partition(txn: Transaction, bucket: int, frames: list[pl.DataFrame]) -> dict[str, Any]:
+    """Write one bucket; ``frames`` holds its frame, popped so that no one else keeps it alive."""
+    df = frames.pop()
+    rows, table = df.height, to_arrow(df, INTERACTIONS)
+    del df
+    rel = f"interactions/part-{txn.id}-{bucket:04d}.parquet"
+    return {"path": rel, "rows": rows, "sha256": write_table(table, txn.path(rel), INTERACTIONS_DICTIONARY)}
 
 
 def _next_manifest(
