@@ -6,7 +6,12 @@ the raw text, kept for later appends), staging to Arrow IPC bucketed by user. Pa
 a time, assigns ``seq`` (per user, by ts then input order, after the user's
 existing events) and writes the final partitions. Id maps, side tables, the
 summary and the manifest are then published together (see ``transaction``).
-Memory grows with the dedupe keys and id maps, and with one bucket.
+Memory grows with the dedupe keys and id maps, and with one bucket (plus the
+Arrow copy of the one before, being written).
+
+Two cores are used where the work allows (``prefetch``): the next chunk is read,
+parsed and transformed while the current one is checked, deduplicated and staged,
+and a partition is written while the next bucket's ``seq`` is assigned.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from data_pipelines.schema import (
     to_arrow,
 )
 from data_pipelines.transaction import Transaction, read_manifest, recover
-from data_pipelines.validate import ORD, REASON, common_checks, failing_lines
+from data_pipelines.validate import REASON, common_checks, failing_lines
 from parpo_core.durable import sha256_file
 from parpo_core.errors import DataError
 from parpo_core.limits import ID_RULE_VERSION
@@ -259,7 +264,8 @@ def _stage(
             rejects.append(rejected)
             out.rows_rejected += rejected.height
             _collect_ids(out, rows)
-            staged = rows.select(*ROW_COLUMNS, LINE, ORD, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
+            # Staged rows are in input order, which is all pass 2 needs of ``__line`` and ``__ord``.
+            staged = rows.select(*ROW_COLUMNS, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
             for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
                 part.drop("__bucket").write_ipc(stage / f"b{b}-c{n_chunk:08d}.arrow")
             n_chunk += 1
