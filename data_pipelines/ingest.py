@@ -60,12 +60,13 @@ DUPLICATE = "exact duplicate of an earlier record"
 APPENDABLE_SOURCES = {"parpo-events"}  # may be appended to a dataset of another source
 
 
-#: Interactions columns given a parquet dictionary: their values repeat across a partition. Not
-#: ``user_id`` (a user's rows are adjacent, so zstd packs them without one), nor ``ts``,
-#: ``session_id`` and ``request_id`` (nearly one value per row or per few adjacent rows): for those
-#: the dictionary cost more time than the rest of the write and made the file larger.
+#: Interactions columns given a parquet dictionary: their values repeat across a partition (``ts``
+#: too: real logs have many events per second). Not ``user_id`` (a user's rows are adjacent, so
+#: zstd packs them without one), ``session_id`` or ``request_id`` (adjacent too, and nearly one
+#: value per few rows): for those the dictionary cost time and made the file larger.
 INTERACTIONS_DICTIONARY = [
     "item_id",
+    "ts",
     "seq",
     "event",
     "value",
