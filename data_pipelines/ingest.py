@@ -6,7 +6,12 @@ the raw text, kept for later appends), staging to Arrow IPC bucketed by user. Pa
 a time, assigns ``seq`` (per user, by ts then input order, after the user's
 existing events) and writes the final partitions. Id maps, side tables, the
 summary and the manifest are then published together (see ``transaction``).
-Memory grows with the dedupe keys and id maps, and with one bucket.
+Memory grows with the dedupe keys and id maps, and with one bucket (plus the
+Arrow copy of the one before, being written).
+
+Two cores are used where the work allows (``prefetch``): the next chunk is read,
+parsed and transformed while the current one is checked, deduplicated and staged,
+and a partition is written while the next bucket's ``seq`` is assigned.
 """
 
 from __future__ import annotations
@@ -14,21 +19,24 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipelines import idmaps
-from data_pipelines.adapters.base import ROW_COLUMNS, Source
+from data_pipelines.adapters.base import ROW_COLUMNS, FileSpec, Source
 from data_pipelines.dataset import Dataset, fingerprint_of
 from data_pipelines.dedupe import KeySet, first_new
 from data_pipelines.idrule import TRIMMED, apply_id_rule, check_id_rule
-from data_pipelines.lines import LINE
+from data_pipelines.lines import LINE, Chunk
+from data_pipelines.prefetch import prefetch
 from data_pipelines.schema import (
     CONTEXTS,
     IDMAP,
@@ -42,7 +50,7 @@ from data_pipelines.schema import (
     to_arrow,
 )
 from data_pipelines.transaction import Transaction, read_manifest, recover
-from data_pipelines.validate import ORD, REASON, common_checks, failing_lines
+from data_pipelines.validate import REASON, common_checks, failing_lines
 from parpo_core.durable import sha256_file
 from parpo_core.errors import DataError
 from parpo_core.limits import ID_RULE_VERSION
@@ -52,9 +60,33 @@ DUPLICATE = "exact duplicate of an earlier record"
 APPENDABLE_SOURCES = {"parpo-events"}  # may be appended to a dataset of another source
 
 
+#: Interactions columns given a parquet dictionary: their values repeat across a partition (``ts``
+#: too: real logs have many events per second). Not ``user_id`` (a user's rows are adjacent, so
+#: zstd packs them without one), ``session_id`` or ``request_id`` (adjacent too, and nearly one
+#: value per few rows): for those the dictionary cost time and made the file larger.
+INTERACTIONS_DICTIONARY = [
+    "item_id",
+    "ts",
+    "seq",
+    "event",
+    "value",
+    "category",
+    "position",
+    "propensity",
+    "logging_policy",
+]
+
+
 def write_parquet(df: pl.DataFrame, path: Path, schema) -> str:
     """Write a canonical table (schema version in metadata); returns its sha256."""
-    pq.write_table(to_arrow(df, schema), path, compression="zstd")
+    return write_table(to_arrow(df, schema), path)
+
+
+def write_table(table: pa.Table, path: Path, dictionary: bool | list[str] = True) -> str:
+    """Write an Arrow table conformed by ``to_arrow`` as zstd parquet; returns its sha256.
+
+    ``dictionary``: dictionary-encode every column, or only the columns named."""
+    pq.write_table(table, path, compression="zstd", use_dictionary=dictionary)
     return sha256_file(path)
 
 
@@ -193,14 +225,15 @@ def _stage(
     rejects: list[pl.DataFrame] = []
     n_chunk = 0
     for spec in source.files:
-        for i_chunk, chunk in enumerate(spec.chunks()):
+        # Reading, parsing and transforming chunk i+1 overlaps the rest of chunk i (about as long).
+        for i_chunk, (chunk, rows) in enumerate(prefetch(_transformed(spec))):
             out.rows_in += chunk.n_lines
-            rows, id_rule = apply_id_rule(spec.transform(chunk.fields))
+            rows, id_rule = apply_id_rule(rows)
             bad = failing_lines(rows, checks + id_rule)
             # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
             # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
             keys = (
-                chunk.fields.join(bad.select(LINE), on=LINE, how="anti")
+                chunk.fields.filter(~pl.col(LINE).is_in(bad[LINE].implode()))
                 .select(LINE, __r=(pl.lit(spec.scope + "\x1f") + chunk.raw) if spec.scope else chunk.raw)
                 .select(LINE, h1=pl.col("__r").hash(0x9E3779B9), h2=pl.col("__r").hash(0x85EBCA6B))
             )
@@ -208,7 +241,7 @@ def _stage(
             new = first_new(h1, h2, seen_keys)
             dup_lines = keys.filter(~pl.Series(new)).select(LINE)
             bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
-            rows = rows.join(bad.select(LINE), on=LINE, how="anti", maintain_order="left")
+            rows = rows.filter(~pl.col(LINE).is_in(bad[LINE].implode()))
             if TRIMMED in rows.columns:
                 out.ids_trimmed += int(rows[TRIMMED].sum())
             seen_keys.add(h1[new], h2[new])
@@ -232,7 +265,8 @@ def _stage(
             rejects.append(rejected)
             out.rows_rejected += rejected.height
             _collect_ids(out, rows)
-            staged = rows.select(*ROW_COLUMNS, LINE, ORD, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
+            # Staged rows are in input order, which is all pass 2 needs of ``__line`` and ``__ord``.
+            staged = rows.select(*ROW_COLUMNS, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
             for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
                 part.drop("__bucket").write_ipc(stage / f"b{b}-c{n_chunk:08d}.arrow")
             n_chunk += 1
@@ -243,15 +277,19 @@ def _stage(
     return out
 
 
+def _transformed(spec: FileSpec) -> Iterator[tuple[Chunk, pl.DataFrame]]:
+    """A file's chunks, each with its canonical rows (the adapter's transform of its fields)."""
+    for chunk in spec.chunks():
+        yield chunk, spec.transform(chunk.fields)
+
+
 def _collect_ids(out: Staged, rows: pl.DataFrame) -> None:
     """Remember a chunk's users, items, item categories and request contexts."""
     out.users.append(rows.select(pl.col("user_id").alias("id")).drop_nulls().unique(maintain_order=True))
-    out.items.append(rows.select(pl.col("item_id").alias("id")).unique(maintain_order=True))
-    out.item_cats.append(
-        rows.filter(pl.col("category").is_not_null())
-        .select("item_id", "category")
-        .unique("item_id", keep="last", maintain_order=True)
-    )
+    # One group-by gives both the items (first appearance order) and their last category.
+    items = rows.group_by("item_id", maintain_order=True).agg(pl.col("category").drop_nulls().last())
+    out.items.append(items.select(pl.col("item_id").alias("id")))
+    out.item_cats.append(items.filter(pl.col("category").is_not_null()))
     if "__context" in rows.columns:
         out.contexts.append(
             rows.filter(pl.col("__context").is_not_null())
@@ -261,18 +299,36 @@ def _collect_ids(out: Staged, rows: pl.DataFrame) -> None:
 
 
 def _write_partitions(txn: Transaction, n_buckets: int, next_seq: pl.DataFrame) -> list[dict[str, Any]]:
-    """Pass 2: ``seq`` per key, one bucket at a time, each bucket one interactions partition."""
+    """Pass 2: ``seq`` per key, one bucket at a time, each bucket one interactions partition.
+
+    A bucket's parquet write (pyarrow, one thread) overlaps the next bucket's ``seq``. At most
+    one write is pending, and it frees its polars frame once converted to Arrow, so pass 2
+    holds about one bucket more than it would without the overlap."""
     stage = txn.scratch("stage")
     partitions = []
-    for b in range(n_buckets):
-        paths = sorted(stage.glob(f"b{b}-c*.arrow"))
-        if not paths:
-            continue
-        df = _assign_seq(pl.concat([pl.read_ipc(p) for p in paths]), next_seq)
-        rel = f"interactions/part-{txn.id}-{b:04d}.parquet"
-        sha = write_parquet(df, txn.path(rel), INTERACTIONS)
-        partitions.append({"path": rel, "rows": df.height, "sha256": sha})
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-write") as writer:
+        pending: Future | None = None
+        for b in range(n_buckets):
+            paths = sorted(stage.glob(f"b{b}-c*.arrow"))
+            if not paths:
+                continue
+            df = _assign_seq(pl.concat([pl.read_ipc(p) for p in paths]), next_seq)
+            if pending is not None:
+                partitions.append(pending.result())
+            pending = writer.submit(_write_partition, txn, b, [df])
+            del df
+        if pending is not None:
+            partitions.append(pending.result())
     return partitions
+
+
+def _write_partition(txn: Transaction, bucket: int, frames: list[pl.DataFrame]) -> dict[str, Any]:
+    """Write one bucket; ``frames`` holds its frame, popped so that no one else keeps it alive."""
+    df = frames.pop()
+    rows, table = df.height, to_arrow(df, INTERACTIONS)
+    del df
+    rel = f"interactions/part-{txn.id}-{bucket:04d}.parquet"
+    return {"path": rel, "rows": rows, "sha256": write_table(table, txn.path(rel), INTERACTIONS_DICTIONARY)}
 
 
 def _next_manifest(
@@ -320,20 +376,36 @@ def _assign_seq(df: pl.DataFrame, next_seq: pl.DataFrame) -> pl.DataFrame:
     ``df`` is in input order. A stable sort by a 64-bit hash of the key groups each key's
     rows (a numeric sort, far cheaper than sorting strings); only when some key's ts go
     backwards in input order is the bucket also sorted by ts (logs usually arrive in time
-    order, so this is rare). ``over`` groups by the key itself, so hash collisions are harmless.
+    order, so this is rare). Each key's rows are then one run, numbered from the run's
+    start; only if two keys share a hash (their rows interleave) is ``seq`` counted per key
+    with ``over``, a string group-by that cost ten times the runs.
     """
-    df = df.with_columns(SEQ_KEY).with_columns(pl.col("__key").hash(11).alias("__h"))
+    return _seq_by_hash(
+        df.with_columns(SEQ_KEY).with_columns(pl.col("__key").hash(11).alias("__h")), next_seq
+    )
+
+
+def _seq_by_hash(df: pl.DataFrame, next_seq: pl.DataFrame) -> pl.DataFrame:
+    """``_assign_seq`` for ``df`` with its key (``__key``) and the key's hash (``__h``)."""
     df = df.sort("__h", maintain_order=True)
     same = pl.col("__key") == pl.col("__key").shift(1)
     prev = pl.col("ts").shift(1)
     backwards = same & ((prev.is_null() & pl.col("ts").is_not_null()) | (pl.col("ts") < prev)).fill_null(
         False
     )
-    if df.select(backwards.any()).item():
+    collision = (pl.col("__h") == pl.col("__h").shift(1)) & ~same
+    backwards_any, collision_any = df.select(backwards.any(), collision.any()).row(0)
+    if backwards_any:
         df = df.sort(["__h", "ts"], nulls_last=True, maintain_order=True)
-    return df.join(next_seq, on="__key", how="left", maintain_order="left").with_columns(
-        (pl.col("__base").fill_null(0) + pl.int_range(pl.len(), dtype=pl.Int64).over("__key")).alias("seq")
-    )
+    if collision_any:
+        rank = pl.int_range(pl.len(), dtype=pl.Int64).over("__key")
+    else:
+        i = pl.int_range(pl.len(), dtype=pl.Int64)
+        rank = i - pl.when(~same.fill_null(False)).then(i).forward_fill()
+    if next_seq.height:
+        df = df.join(next_seq, on="__key", how="left", maintain_order="left")
+        rank = pl.col("__base").fill_null(0) + rank
+    return df.with_columns(rank.alias("seq"))
 
 
 def _merge_table(old: pl.DataFrame | None, new: pl.DataFrame | None, key: str) -> pl.DataFrame | None:

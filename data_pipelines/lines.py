@@ -230,24 +230,19 @@ def _exact_path(data: bytes, dialect: Dialect, first_line: int) -> Chunk:
         quoted = pl.col(TEXT).str.contains(q, literal=True) if q else pl.lit(False)
         df = df.with_columns(quoted.fill_null(False).alias("__quoted"))
         n_found = pl.col(TEXT).str.count_matches(sep, literal=True) + 1
+        df = df.with_columns(n_found.alias("__n"), pl.lit(True).alias("__ok"))
         if q and df["__quoted"].any():
             # Only lines with a quote pay for the regex: a strict field grammar, then
-            # separators counted outside quoted fields.
+            # separators counted outside quoted fields; their results are written in place.
             field = f"{re.escape(q)}(?:[^{re.escape(q)}]|{re.escape(q * 2)})*{re.escape(q)}"
             plain = f"[^{re.escape(q)}{re.escape(sep)}]*"
             full = f"^(?:{field}|{plain})(?:{re.escape(sep)}(?:{field}|{plain}))*$"
-            plain_lines = df.filter(~pl.col("__quoted")).with_columns(
-                n_found.alias("__n"), pl.lit(True).alias("__ok")
+            at = df["__quoted"].arg_true()
+            quoted_text = df[TEXT].gather(at)
+            n_quoted = quoted_text.str.replace_all(field, "").str.count_matches(sep, literal=True) + 1
+            df = df.with_columns(
+                df["__n"].scatter(at, n_quoted), df["__ok"].scatter(at, quoted_text.str.contains(full))
             )
-            quoted_lines = df.filter(pl.col("__quoted")).with_columns(
-                (pl.col(TEXT).str.replace_all(field, "").str.count_matches(sep, literal=True) + 1).alias(
-                    "__n"
-                ),
-                pl.col(TEXT).str.contains(full).alias("__ok"),
-            )
-            df = pl.concat([plain_lines, quoted_lines]).sort(LINE)
-        else:
-            df = df.with_columns(n_found.alias("__n"), pl.lit(True).alias("__ok"))
         reason = (
             reason.when(~pl.col("__ok"))
             .then(pl.lit("broken quoting: unbalanced or stray quote (a quoted field cannot span lines)"))

@@ -135,5 +135,10 @@ def features_expr(columns: list[str], names: list[str] | None = None) -> pl.Expr
     return pl.concat_list(entries).list.drop_nulls()
 
 
-#: The key that orders ``seq``: the user, or the request for anonymous rows.
-SEQ_KEY = pl.coalesce(pl.col("user_id"), pl.lit("\x00request:") + pl.col("request_id")).alias("__key")
+#: The key that orders ``seq``: the user, or the request for anonymous rows. The prefixed request
+#: id is built only where the user is null (``concat_str`` of a null is null): building it for
+#: every row that has a request took half the key's cost.
+SEQ_KEY = pl.coalesce(
+    pl.col("user_id"),
+    pl.concat_str([pl.lit("\x00request:"), pl.when(pl.col("user_id").is_null()).then(pl.col("request_id"))]),
+).alias("__key")
