@@ -19,13 +19,15 @@ Metrics (floats, never logged here): ``adv/mean``, ``adv/std`` over the action t
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 
-from parpo.algorithms.config import ValueConfig
 from parpo_core.names import NameRegistry
+
+if TYPE_CHECKING:  # annotations only: the config module imports this one to check names
+    from parpo.algorithms.config import ValueConfig
 
 
 class Credit(NamedTuple):

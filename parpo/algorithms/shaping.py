@@ -9,9 +9,12 @@ reward in ``[0, 1]``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
-from parpo.algorithms.config import ShapingConfig
+if TYPE_CHECKING:  # annotations only: the config module imports this one for the component names
+    from parpo.algorithms.config import ShapingConfig
 
 OVERLONG = "task/overlong"
 INVALID_CALL = "task/invalid_call"

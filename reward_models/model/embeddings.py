@@ -199,12 +199,6 @@ class CausalEmbeddings(nn.Module):
             w = torch.zeros(n_buckets, dim)
             w[:, 0] = torch.arange(n_buckets, dtype=torch.float32) / 4.0  # levels 0 .. ~4 at 16 buckets
             self.register_buffer("item_pop", w)
-            # Only c_u (the conformity block's first coordinate) ever scores: the other user
-            # conformity coordinates are held at 0, so the discrepancy and the export see c_u alone
-            # instead of 63 free coordinates that only the discrepancy would move.
-            live = torch.ones(nb * dim)
-            live[dim + 1 :] = 0.0
-            self.register_buffer("user_live", live, persistent=False)
         elif self.item_buckets is not None:
             w = torch.empty(n_buckets, dim)
             w.normal_(0.0, init_std, generator=generator)
@@ -256,14 +250,11 @@ class CausalEmbeddings(nn.Module):
 
     def composed(self, side: str) -> Tensor:
         """Id rows plus feature rows of one side [n, nb * dim] (the id table itself without
-        features), then the popularity rows of the item conformity branch when it has them; with
-        scalar conformity the user side keeps only c_u of its conformity block."""
+        features), then the popularity rows of the item conformity branch when it has them."""
         x = self.features[side]
         rows = getattr(self, side)
         if x is not None:
             rows = rows + torch.sparse.mm(x, getattr(self, f"{side}_feat"))
-        if side == "user" and self.fixed_levels:
-            rows = rows * self.user_live
         if side == "item" and self.item_buckets is not None:
             rows = torch.cat([rows, self.item_pop.index_select(0, self.item_buckets)], dim=1)
         return rows
