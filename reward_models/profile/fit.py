@@ -110,14 +110,10 @@ def _take(log: ProfileLog, rows: Tensor) -> ProfileLog:
     return ProfileLog(rows.numel(), pos[log.row[keep]], log.item[keep], log.event[keep], log.ts[keep])
 
 
-def _batches(n: int, size: int, g: torch.Generator) -> list[Tensor]:
-    return list(torch.randperm(n, generator=g).split(size))
-
-
 def _steps(n: int, size: int, epochs: int, cap: int, g: torch.Generator) -> Iterator[Tensor]:
     """The row batches of ``epochs`` passes over ``n`` rows, at most ``cap`` of them (0: all); each
     epoch's permutation is drawn when the epoch starts, as a plain double loop would."""
-    batches = (b for _ in range(epochs) for b in _batches(n, size, g))
+    batches = (b for _ in range(epochs) for b in torch.randperm(n, generator=g).split(size))
     return itertools.islice(batches, cap or None)
 
 
