@@ -16,6 +16,7 @@ and a partition is written while the next bucket's ``seq`` is assigned.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -225,53 +226,55 @@ def _stage(
     rejects: list[pl.DataFrame] = []
     n_chunk = 0
     for spec in source.files:
-        # Reading, parsing and transforming chunk i+1 overlaps the rest of chunk i (about as long).
-        for i_chunk, (chunk, rows) in enumerate(prefetch(_transformed(spec))):
-            out.rows_in += chunk.n_lines
-            rows, id_rule = apply_id_rule(rows)
-            bad = failing_lines(rows, checks + id_rule)
-            # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
-            # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
-            keys = (
-                chunk.fields.filter(~pl.col(LINE).is_in(bad[LINE].implode()))
-                .select(LINE, __r=(pl.lit(spec.scope + "\x1f") + chunk.raw) if spec.scope else chunk.raw)
-                .select(LINE, h1=pl.col("__r").hash(0x9E3779B9), h2=pl.col("__r").hash(0x85EBCA6B))
-            )
-            h1, h2 = keys["h1"].to_numpy(), keys["h2"].to_numpy()
-            new = first_new(h1, h2, seen_keys)
-            dup_lines = keys.filter(~pl.Series(new)).select(LINE)
-            bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
-            rows = rows.filter(~pl.col(LINE).is_in(bad[LINE].implode()))
-            if TRIMMED in rows.columns:
-                out.ids_trimmed += int(rows[TRIMMED].sum())
-            seen_keys.add(h1[new], h2[new])
-            rejected = pl.concat(
-                [
-                    chunk.rejects,
-                    chunk.fields.join(bad, on=LINE).select(
-                        pl.col(LINE).alias("line"),
-                        chunk.raw.alias("raw"),
-                        pl.col(REASON).alias("reason"),
-                        pl.lit(None, pl.String).alias("raw_base64"),
-                    ),
-                ]
-            ).with_columns(pl.lit(txn.id).alias("ingest_id"), pl.lit(str(spec.path)).alias("file"))
-            if i_chunk == 0 and rows.height == 0 and not dup_lines.height and rejected.height:
-                first = rejected.sort("line").row(0, named=True)
-                raise DataError(
-                    f"{spec.path}: does not look like '{source.name}' input: none of its first "
-                    f"{chunk.n_lines:,} lines is a valid record (line {first['line']}: {first['reason']})"
+        # Reading, parsing and transforming chunk i+1 overlaps the rest of chunk i (about as long);
+        # closed on an error too, so the worker stops and the source file is let go at once.
+        with contextlib.closing(prefetch(_transformed(spec))) as chunks:
+            for i_chunk, (chunk, rows) in enumerate(chunks):
+                out.rows_in += chunk.n_lines
+                rows, id_rule = apply_id_rule(rows)
+                bad = failing_lines(rows, checks + id_rule)
+                # Exact dedupe of records: a 128-bit key (two seeded 64-bit hashes) of the raw line,
+                # against earlier lines of this ingest and every earlier ingest (state/dedupe-*).
+                keys = (
+                    chunk.fields.filter(~pl.col(LINE).is_in(bad[LINE].implode()))
+                    .select(LINE, __r=(pl.lit(spec.scope + "\x1f") + chunk.raw) if spec.scope else chunk.raw)
+                    .select(LINE, h1=pl.col("__r").hash(0x9E3779B9), h2=pl.col("__r").hash(0x85EBCA6B))
                 )
-            rejects.append(rejected)
-            out.rows_rejected += rejected.height
-            _collect_ids(out, rows)
-            # Staged rows are in input order, which is all pass 2 needs of ``__line`` and ``__ord``.
-            staged = rows.select(*ROW_COLUMNS, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
-            for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
-                part.drop("__bucket").write_ipc(stage / f"b{b}-c{n_chunk:08d}.arrow")
-            n_chunk += 1
-            if progress:
-                progress(chunk.n_lines)
+                h1, h2 = keys["h1"].to_numpy(), keys["h2"].to_numpy()
+                new = first_new(h1, h2, seen_keys)
+                dup_lines = keys.filter(~pl.Series(new)).select(LINE)
+                bad = pl.concat([bad, dup_lines.with_columns(pl.lit(DUPLICATE).alias(REASON))])
+                rows = rows.filter(~pl.col(LINE).is_in(bad[LINE].implode()))
+                if TRIMMED in rows.columns:
+                    out.ids_trimmed += int(rows[TRIMMED].sum())
+                seen_keys.add(h1[new], h2[new])
+                rejected = pl.concat(
+                    [
+                        chunk.rejects,
+                        chunk.fields.join(bad, on=LINE).select(
+                            pl.col(LINE).alias("line"),
+                            chunk.raw.alias("raw"),
+                            pl.col(REASON).alias("reason"),
+                            pl.lit(None, pl.String).alias("raw_base64"),
+                        ),
+                    ]
+                ).with_columns(pl.lit(txn.id).alias("ingest_id"), pl.lit(str(spec.path)).alias("file"))
+                if i_chunk == 0 and rows.height == 0 and not dup_lines.height and rejected.height:
+                    first = rejected.sort("line").row(0, named=True)
+                    raise DataError(
+                        f"{spec.path}: does not look like '{source.name}' input: none of its first "
+                        f"{chunk.n_lines:,} lines is a valid record (line {first['line']}: {first['reason']})"
+                    )
+                rejects.append(rejected)
+                out.rows_rejected += rejected.height
+                _collect_ids(out, rows)
+                # Staged rows are in input order, which is all pass 2 needs of ``__line`` and ``__ord``.
+                staged = rows.select(*ROW_COLUMNS, (SEQ_KEY.hash(7) % n_buckets).alias("__bucket"))
+                for (b,), part in staged.partition_by("__bucket", as_dict=True).items():
+                    part.drop("__bucket").write_ipc(stage / f"b{b}-c{n_chunk:08d}.arrow")
+                n_chunk += 1
+                if progress:
+                    progress(chunk.n_lines)
     if rejects:
         out.rejects = pl.concat(rejects)
     return out
