@@ -62,3 +62,12 @@ class MemoryConfig(StrictModel):
     cold_affinity: float = Field(
         0.5, ge=0.0, le=1.0, description="affinity given to other users when the user has no history"
     )
+
+    def check_shown(self, memory_skills: int) -> None:
+        """``ValueError`` when a policy would show more skills (``policy.memory_skills``) than one
+        retrieval returns (``k``): it would silently see fewer."""
+        if memory_skills > self.k:
+            raise ValueError(
+                f"policy.memory_skills ({memory_skills}) must be at most memory.k "
+                f"({self.k}): the policy sees the skills one retrieval returns"
+            )

@@ -15,7 +15,7 @@ similarity and user terms.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from parpo.memory.graph import SkillGraph
 from parpo.memory.retrieval import Retrieved, retrieve
 from parpo.memory.scenario import Query
 from parpo.memory.trajectory import AnchorArrays, Trajectory, from_episode
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SKILL_FEATURES: tuple[str, ...] = (
     *(f"strategy:{s}" for s in STRATEGIES),
@@ -123,3 +126,27 @@ class PolicyMemory:
         self._cache = BoundedCache(CACHE_LIMIT)  # the graph changed: retrieve afresh
         self.lookups, self.found = 0, 0
         return {**metrics, "memory/hit_rate": hit_rate}
+
+
+#: The skill memory's folder inside a saved policy or a training run (``parpo.memory.store``).
+MEMORY = "memory"
+
+
+def user_ids(user_index: Mapping[str, int]) -> list[str]:
+    """The user id map in index order (the memory's users are its indices)."""
+    return sorted(user_index, key=user_index.__getitem__)
+
+
+def save_policy_memory(memory: PolicyMemory, folder: Path) -> None:
+    """``memory``'s graph as ``parpo.memory.store`` tables in ``folder``, on its user map."""
+    from parpo.memory.store import save
+
+    save(memory.graph, folder, user_ids(memory.user_index))
+
+
+def load_policy_memory(folder: Path, user_index: Mapping[str, int]) -> PolicyMemory:
+    """The memory saved in ``folder`` (``save_policy_memory``), read on the reward model's
+    ``user_index`` (which may extend the saved one)."""
+    from parpo.memory.store import load
+
+    return PolicyMemory(load(folder, user_ids(user_index)), user_index)

@@ -33,7 +33,7 @@ from parpo.env.observation import Observation
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import STRATEGIES
 from parpo.env.tasks import Task
-from parpo.memory.policy_memory import SKILL_FEATURES
+from parpo.memory.policy_memory import MEMORY, SKILL_FEATURES, load_policy_memory, save_policy_memory
 from parpo.policy.base import ActOutput
 from parpo.policy.config import NativePolicyConfig
 from parpo.policy.features import HISTORY, N_REQUEST, PERSONAL_FEATURES, Featurizer
@@ -54,8 +54,6 @@ from parpo.policy.tokens import (
 
 MAX_STEP_EMBED = 64
 WEIGHTS, META = "policy.safetensors", "policy.json"
-#: The skill memory's folder inside a saved policy (``parpo.memory.store``), when it has one.
-MEMORY = "memory"
 
 
 def _masked_log_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
@@ -316,9 +314,7 @@ class NativePolicy:
         }
         (d / META).write_text(json.dumps(meta, indent=2) + "\n")
         if self.featurizer.memory is not None:
-            from parpo.memory.store import save as save_memory
-
-            save_memory(self.featurizer.memory.graph, d / MEMORY, _user_ids(self.featurizer.reward_model))
+            save_policy_memory(self.featurizer.memory, d / MEMORY)
 
     @classmethod
     def load(cls, directory: str | Path, reward_model: RewardModel, catalogue: Catalogue) -> NativePolicy:
@@ -339,18 +335,8 @@ class NativePolicy:
             )
         policy.net.load_state_dict(load_file(str(d / WEIGHTS)))
         if cfg.memory_skills and (d / MEMORY).is_dir():
-            from parpo.memory.policy_memory import PolicyMemory
-            from parpo.memory.store import load as load_memory
-
-            graph = load_memory(d / MEMORY, _user_ids(reward_model))
-            policy.featurizer.memory = PolicyMemory(graph, reward_model.user_index)
+            policy.featurizer.memory = load_policy_memory(d / MEMORY, reward_model.user_index)
         return policy
-
-
-def _user_ids(reward_model: RewardModel) -> list[str]:
-    """The user id map in index order (the memory's users are its indices)."""
-    index = reward_model.user_index
-    return sorted(index, key=index.__getitem__)
 
 
 def _unwrap(module: nn.Module) -> nn.Module:

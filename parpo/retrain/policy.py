@@ -120,8 +120,8 @@ def carried_anchors(bundle: Any, mode: str) -> dict[str, Any] | None:
 def carried_memory(bundle: Any) -> Path | None:
     """The base policy's skill memory folder (``parpo.memory.store``), None when it has none: the
     warm-started run loads it on the new reward version's user map, which extends the base's."""
+    from parpo.memory.policy_memory import MEMORY
     from parpo.policy.bundle import POLICY_DIR
-    from parpo.policy.native import MEMORY
 
     folder = bundle.version.path / POLICY_DIR / MEMORY
     return folder if folder.is_dir() else None

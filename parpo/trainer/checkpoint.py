@@ -27,6 +27,7 @@ def save_checkpoint(
             **{f"optimizer{i}": o for i, o in enumerate(optimizers)},
             "anchors": anchors.state_dict(),
             "update": state["update"],
+            "memory_clock0": state.get("memory_clock0", 0),
             "rng": {
                 # PCG64's 128-bit state as decimal strings: plain values, no pickled objects.
                 "task_rng": json.dumps(state["task_rng"].bit_generator.state),
@@ -51,6 +52,9 @@ def load_checkpoint(
     rest = fabric.load(path, ckpt, strict=False)
     anchors.load_state_dict(rest["anchors"])
     state["update"] = int(rest["update"])
+    # the memory's clock when the run started (a warm start carries its base's); older checkpoints
+    # come from runs whose memory started empty
+    state["memory_clock0"] = int(rest.get("memory_clock0", 0))
     rng = rest["rng"]
     state["task_rng"].bit_generator.state = json.loads(rng["task_rng"])
     state["sample_gen"].set_state(rng["sample_gen"])

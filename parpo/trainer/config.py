@@ -128,11 +128,7 @@ class PolicyTrainConfig(StrictModel):
                 f"policy.max_candidates ({self.policy.max_candidates}) must be at least env.search_k "
                 f"({self.env.search_k}): the pointer head has to see every candidate"
             )
-        if self.policy.memory_skills > self.memory.k:
-            raise ValueError(
-                f"policy.memory_skills ({self.policy.memory_skills}) must be at most memory.k "
-                f"({self.memory.k}): the policy sees the skills one retrieval returns"
-            )
+        self.memory.check_shown(self.policy.memory_skills)
         if self.policy.max_k < self.env.k:
             raise ValueError(f"policy.max_k ({self.policy.max_k}) must be at least env.k ({self.env.k})")
         return self

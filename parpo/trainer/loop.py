@@ -44,6 +44,7 @@ from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
 from parpo.env.tasks import Task
+from parpo.memory.policy_memory import MEMORY, save_policy_memory
 from parpo.policy.native import NativePolicy
 from parpo.trainer.checkpoint import load_checkpoint, save_checkpoint
 from parpo.trainer.config import PolicyTrainConfig
@@ -54,7 +55,6 @@ from parpo.trainer.rollout_queue import RolloutQueue, SyncRollouts
 from parpo_core.errors import DataError
 
 LAST = "last.ckpt"
-MEMORY = "memory"
 
 
 @dataclass
@@ -169,11 +169,13 @@ class PolicyTrainer:
             "sample_gen": torch.Generator(device=fabric.device).manual_seed(seed * 1009 + rank),
             "perm_gen": torch.Generator().manual_seed(seed * 1013 + rank),
             "update": 0,
+            "memory_clock0": memory.graph.clock if memory is not None else 0,
         }
         if resume is not None:
             load_checkpoint(fabric, Path(resume), module, optimizers, anchors, state)
             if memory is not None:
-                _check_memory_clock(memory.graph.clock, memory_dir(Path(resume)), state["update"])
+                expected = state["memory_clock0"] + state["update"]
+                _check_memory_clock(memory.graph.clock, memory_dir(Path(resume)), expected, state["update"])
         t = cfg.train
         logs = self.run / "logs" / "metrics.csv"
         history = read_csv(logs, state["update"]) if resume is not None else []
@@ -323,12 +325,12 @@ class PolicyTrainer:
         ckpt = rollouts.checkpoint_state(state)
         save_checkpoint(fabric, self.run / LAST, module, optimizers, anchors, ckpt)
         if memory is not None and fabric.is_global_zero:
-            _save_memory(memory, self.source.reward_model.user_index, self.run / MEMORY)
+            _save_memory(memory, self.run / MEMORY)
         if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
             numbered = self.run / f"update-{state['update']}.ckpt"
             save_checkpoint(fabric, numbered, module, optimizers, anchors, ckpt)
             if memory is not None and fabric.is_global_zero:
-                _save_memory(memory, self.source.reward_model.user_index, memory_dir(numbered))
+                _save_memory(memory, memory_dir(numbered))
 
     def _critic_after_actor(
         self,
@@ -482,19 +484,18 @@ class PolicyTrainer:
         """The run's skill memory (resuming), the warm start's, or a fresh one, on the reward
         model's user map."""
         from parpo.memory.graph import SkillGraph
-        from parpo.memory.policy_memory import PolicyMemory
-        from parpo.memory.store import load
+        from parpo.memory.policy_memory import PolicyMemory, load_policy_memory
 
         index = self.source.reward_model.user_index
         saved = memory_dir(Path(resume)) if resume is not None else None
         if saved is not None and saved.is_dir():  # a resume: the memory of that checkpoint
-            graph = load(saved, sorted(index, key=index.__getitem__))
+            memory = load_policy_memory(saved, index)
         elif self.init is not None and self.init.memory is not None:
-            graph = load(self.init.memory, sorted(index, key=index.__getitem__))
+            memory = load_policy_memory(self.init.memory, index)
         else:
-            graph = SkillGraph(self.cfg.memory)
-        policy.featurizer.memory = PolicyMemory(graph, index)
-        return policy.featurizer.memory
+            memory = PolicyMemory(SkillGraph(self.cfg.memory), index)
+        policy.featurizer.memory = memory
+        return memory
 
 
 def clip_apart(module: Any, max_norm: float) -> dict[str, float]:
@@ -517,24 +518,24 @@ def memory_dir(checkpoint: Path) -> Path:
     return checkpoint.parent / MEMORY if checkpoint.name == LAST else checkpoint.with_suffix(".memory")
 
 
-def _check_memory_clock(clock: int, where: Path, update: int) -> None:
-    """One-line ``DataError`` unless the memory has taken exactly the checkpoint's updates (a
-    crash between the two saves, or a checkpoint whose memory is missing, would otherwise resume
-    from another memory than the one the run had)."""
-    if clock != update:
+def _check_memory_clock(clock: int, where: Path, expected: int, update: int) -> None:
+    """One-line ``DataError`` unless the memory's clock is ``expected`` (its clock at the run's
+    start, a warm start's base included, plus the checkpoint's updates): a crash between the two
+    saves, or a checkpoint whose memory is missing, would otherwise resume from another memory
+    than the one the run had."""
+    if clock != expected:
         raise DataError(
-            f"{where}: the memory is at update {clock} but the checkpoint is at update {update}: "
-            "resume from the checkpoint saved with this memory"
+            f"{where}: the memory is at clock {clock} but the checkpoint (update {update}) expects "
+            f"{expected}: resume from the checkpoint saved with this memory"
         )
 
 
-def _save_memory(memory: Any, user_index: dict[str, int], dest: Path) -> None:
+def _save_memory(memory: Any, dest: Path) -> None:
     """The memory beside the checkpoint, replaced atomically (a resumed run reloads it)."""
-    from parpo.memory.store import save
     from parpo_core.durable import publish_dir, temp_sibling
 
     staging = temp_sibling(dest)
-    save(memory.graph, staging, sorted(user_index, key=user_index.__getitem__))
+    save_policy_memory(memory, staging)
     publish_dir(staging, dest, replace=True)
 
 

@@ -153,4 +153,5 @@ class LLMTrainConfig(StrictModel):
             raise ValueError("loss.kl_beta > 0 (a reference policy) is not supported by the llm backend yet")
         if self.loss.aggregation == "dr_grpo" and self.loss.norm_len is None:
             raise ValueError("loss.aggregation dr_grpo needs loss.norm_len (the generation budget in tokens)")
+        self.memory.check_shown(self.policy.memory_skills)
         return self

@@ -28,7 +28,7 @@ from parpo.env.personal import PersonalTables
 from parpo.env.reward_model import RewardModel
 from parpo.env.schema import Recommend, action_to_json
 from parpo.env.tasks import Task
-from parpo.memory.policy_memory import PolicyMemory
+from parpo.memory.policy_memory import MEMORY, PolicyMemory, load_policy_memory, save_policy_memory
 from parpo.policy.base import ActOutput
 from parpo.policy.llm import model as lm
 from parpo.policy.llm import value
@@ -42,8 +42,6 @@ from parpo.policy.llm.profile import Profiler
 from parpo.policy.llm.prompt import TOOL_ROLE, assistant_message
 from parpo.policy.slates import SlateDraws, episode_slates
 
-#: The skill memory's folder inside a saved policy (``parpo.memory.store``), when it has one.
-MEMORY = "memory"
 #: Episodes kept between two ``act`` calls (oldest dropped first; a dropped one is re-rendered).
 PENDING_LIMIT = 4096
 
@@ -262,10 +260,7 @@ class LLMPolicy:
         """The model folder (``model.save``) and, with a memory, ``memory/`` (``parpo.memory.store``)."""
         lm.save(directory, self.model, self.tokenizer, self.cfg, self.base)
         if self.memory is not None:
-            from parpo.memory.store import save as save_memory
-
-            index = self.memory.user_index
-            save_memory(self.memory.graph, Path(directory) / MEMORY, sorted(index, key=index.__getitem__))
+            save_policy_memory(self.memory, Path(directory) / MEMORY)
         if self.value_head is not None:
             value.save(directory, self.value_head)
 
@@ -277,9 +272,5 @@ class LLMPolicy:
         head = value.load(directory, model.config.hidden_size) if cfg.value_head else None
         policy = cls(model, tok, cfg, reward_model, catalogue, base, head)
         if cfg.memory_skills and (Path(directory) / MEMORY).is_dir():
-            from parpo.memory.store import load as load_memory
-
-            index = reward_model.user_index
-            graph = load_memory(Path(directory) / MEMORY, sorted(index, key=index.__getitem__))
-            policy.memory = PolicyMemory(graph, index)
+            policy.memory = load_policy_memory(Path(directory) / MEMORY, reward_model.user_index)
         return policy

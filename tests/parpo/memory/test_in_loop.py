@@ -8,7 +8,7 @@ import pytest
 
 from parpo.memory.store import load
 from parpo.policy.native import MEMORY, NativePolicy
-from parpo.trainer.loop import PolicyInit, PolicyTrainer
+from parpo.trainer.loop import LAST, PolicyInit, PolicyTrainer
 from tests.plugins.policies import fast_config
 
 pytestmark = pytest.mark.integration
@@ -52,6 +52,10 @@ def test_training_grows_the_memory_deterministically_and_the_policy_carries_it(s
     warm = PolicyTrainer(with_memory(1), source, tmp_path / "warm", init=init).fit()
     assert warm.history[0]["memory/hit_rate"] > 0  # the first update already retrieves skills
     assert warm.history[0]["memory/skills"] >= skills[-1]
+    # and resumes: its memory's clock started at the base's 3 updates, not at 0
+    more = PolicyTrainer(with_memory(2), source, tmp_path / "warm").fit(resume=tmp_path / "warm" / LAST)
+    assert [h["update"] for h in more.history] == [1, 2]
+    assert load(tmp_path / "warm" / "memory", ids).clock == 3 + 2
 
 
 def test_two_ddp_ranks_write_back_the_same_memory(tiny_synth, published_reward, tmp_path):
@@ -79,7 +83,6 @@ def test_a_resumed_run_has_the_same_memory_and_policy_as_a_straight_one(source, 
 
     import torch
 
-    from parpo.trainer.loop import LAST
     from parpo_core.errors import DataError
 
     def same(run, ref):
@@ -109,5 +112,5 @@ def test_a_resumed_run_has_the_same_memory_and_policy_as_a_straight_one(source, 
     same_memory(tmp_path / "c" / "memory", tmp_path / "a" / "memory")
     # without the checkpoint's memory the run would start from an empty one: refused
     shutil.rmtree(tmp_path / "b" / "update-2.memory")
-    with pytest.raises(DataError, match=r"update-2.memory.* update 0 .* checkpoint .* update 2"):
+    with pytest.raises(DataError, match=r"update-2.memory.* clock 0 .* checkpoint \(update 2\) expects 2"):
         PolicyTrainer(with_memory(3), source, tmp_path / "d").fit(resume=tmp_path / "b" / "update-2.ckpt")

@@ -125,3 +125,18 @@ def test_llm_training_writes_episodes_back_and_later_prompts_show_skills(
     res.policy.save(tmp_path / "pol")
     loaded = LLMPolicy.load(tmp_path / "pol", source.reward_model, source.catalogue)
     assert loaded.memory is not None and len(loaded.memory.graph) == second["memory/skills"]
+
+
+def test_more_skills_shown_than_one_retrieval_returns_is_one_config_error():
+    from pydantic import ValidationError
+
+    from parpo.policy.llm.config import LLMTrainConfig
+    from parpo.trainer.config import PolicyTrainConfig
+
+    bad = {"policy": {"memory_skills": 5}, "memory": {"k": 4}}
+    for model in (LLMTrainConfig, PolicyTrainConfig):  # both backends, one rule
+        with pytest.raises(
+            ValidationError, match=r"policy.memory_skills \(5\) must be at most memory.k \(4\)"
+        ):
+            model.model_validate(bad)
+        assert model.model_validate({"policy": {"memory_skills": 4}, "memory": {"k": 4}}).memory.k == 4
