@@ -4,7 +4,7 @@ Nodes and edges (docs/memory.md has the picture):
 
     user   -used->       skill     weight: sum of (1 + margin) per distilled trajectory, + margin
                                    per trajectory the skill was retrieved into (margin relative to
-                                   the user's anchor, ``trajectory.high_value``; may go negative)
+                                   the user's anchor, ``trajectory.judge``; may go negative)
     skill  -uses->       tool      the tools of the skill's plan (``tools``)
     skill  -applies to-> scenario  one per skill (category or request kind, price band)
     traj   -distilled->  skill     the latest ``trajectories_per_skill`` sources, with their user
@@ -37,7 +37,7 @@ from parpo.memory.scenario import (
     tokens,
 )
 from parpo.memory.skills import SkillTable
-from parpo.memory.trajectory import AnchorArrays, Trajectory, classify, thresholds
+from parpo.memory.trajectory import AnchorArrays, Trajectory, judge
 
 #: The reward components a skill keeps statistics of (the environment's names).
 COMPONENTS = ("task_quality", "preference")
@@ -210,38 +210,35 @@ class SkillGraph:
         past capacity and label new skills' communities. Returns metrics (``memory/...``)."""
         self.clock += 1
         cfg, sk = self.cfg, self.skills
-        r, upper, lower = thresholds(trajectories, sk.components, anchors, cfg.top_quantile)
-        high, low = classify(r, upper, lower, cfg.high_value_rule)
-        margin = (r - upper).mean(axis=1)
         # A retrieved skill's edge moves by the reward relative to the middle of the two
-        # thresholds: the user's anchor itself when there is one.
-        used_margin = (r - (upper + lower) / 2).mean(axis=1)
+        # thresholds (``centred``): the user's anchor itself when there is one.
+        j = judge(trajectories, sk.components, anchors, cfg.top_quantile, cfg.high_value_rule)
         new, merged, changes = [], 0, 0
         for i, t in enumerate(trajectories):
             slots = [self.sid_slot[s] for s in (used[i] if used is not None else ()) if s in self.sid_slot]
             for s in slots:
-                self._edge(t.user, s, float(used_margin[i]))
-            changes += len(slots) + bool(high[i])
-            if high[i]:
-                slot, m = self._distil(t, float(margin[i]))
+                self._edge(t.user, s, float(j.centred[i]))
+            changes += len(slots) + bool(j.high[i])
+            if j.high[i]:
+                slot, m = self._distil(t, float(j.margin[i]))
                 merged += m
                 if not m:
                     new.append(slot)
                 self._link(self.complement, [slot, *slots])
-            elif low[i]:
+            elif j.low[i]:
                 self._link(self.conflict, slots)
         gone = sk.evict(cfg.capacity, self.clock, cfg.eviction_horizon)
         for slot in gone.tolist():
             self._forget(slot)
         gone_set = set(gone.tolist())
         new = [s for s in new if s not in gone_set]
-        self.totals["distilled"] += int(high.sum())
+        self.totals["distilled"] += int(j.high.sum())
         self.totals["merged"] += merged
         self.totals["evicted"] += int(gone.size)
         self.communities.grow(self, new, changes, cfg.refresh_every)
         return {
             "memory/skills": float(len(sk)),
-            "memory/high_value": float(high.sum()),
+            "memory/high_value": float(j.high.sum()),
             "memory/new": float(len(new)),
             "memory/merged": float(merged),
             "memory/evicted": float(gone.size),

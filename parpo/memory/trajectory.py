@@ -2,7 +2,7 @@
 
 A trajectory is one finished episode seen through the memory's eyes: who, which scenario, the
 plan (call signatures, ``parpo.env.observation.Call.signature``), its argument preferences and
-its reward components. ``high_value`` applies the distillation rule of issue 21:
+its reward components. ``judge`` applies the distillation rule of issue 21:
 
     threshold[i, c] = anchor mean of user i for component c    when the user has that anchor
                     = the batch's ``q`` quantile of component c otherwise
@@ -101,16 +101,29 @@ def thresholds(
     return r, upper, lower
 
 
-def high_value(
+@dataclass(frozen=True)
+class Judgement:
+    """A batch's verdicts, each [N]: ``high`` / ``low`` (bool, the rule), ``margin`` (mean of
+    reward - upper threshold) and ``centred`` (mean of reward - the middle of the two thresholds:
+    the user's anchor itself when there is one)."""
+
+    high: np.ndarray
+    low: np.ndarray
+    margin: np.ndarray
+    centred: np.ndarray
+
+
+def judge(
     trajectories: Sequence[Trajectory],
     components: Sequence[str],
     anchors: Mapping[str, AnchorArrays] | None,
     q: float,
     rule: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``high`` [N] bool and ``margin`` [N] float64 (module docstring) of a batch of trajectories."""
+) -> Judgement:
+    """The module docstring's rule applied to a batch of trajectories."""
     r, upper, lower = thresholds(trajectories, components, anchors, q)
-    return classify(r, upper, lower, rule)[0], (r - upper).mean(axis=1)
+    high, low = classify(r, upper, lower, rule)
+    return Judgement(high, low, (r - upper).mean(axis=1), (r - (upper + lower) / 2).mean(axis=1))
 
 
 def classify(r: np.ndarray, upper: np.ndarray, lower: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray]:
