@@ -123,7 +123,10 @@ class SkillTable:
         order = np.lexsort((self.sid[live], self.last[live], utility))
         gone = np.sort(live[order[:excess]])
         self.alive[gone] = False
-        # lowest free slot first, whatever the order of evictions: a reloaded table (``store``)
-        # rebuilds the same list, so slots are reused alike after a resume
-        self.free = sorted([*self.free, *gone.tolist()], reverse=True)
+        self.refree()
         return gone
+
+    def refree(self) -> None:
+        """The free list from ``alive``: lowest slot popped first, whatever the order of
+        evictions, so a reloaded table (``store``) reuses slots as the saved one would."""
+        self.free = np.flatnonzero(~self.alive[: self.size])[::-1].tolist()

@@ -192,7 +192,7 @@ def load(directory: str | Path, user_ids: Sequence[str]) -> SkillGraph:
         g.blocks[sc].add(s)
         g.sid_slot[sid] = s
         g.trajectories[s] = deque(maxlen=g.cfg.trajectories_per_skill)
-    sk.free = sorted(set(range(sk.size)) - set(slot.tolist()), reverse=True)
+    sk.refree()
     for u, s, w in pl.read_parquet(d / "used.parquet").iter_rows():
         g.user_skill.setdefault(u, {})[s] = w
         g.skill_user.setdefault(s, {})[u] = w
