@@ -104,6 +104,32 @@ class LLMTrainLoopConfig(StrictModel):
     )
 
 
+class RolloutConfig(StrictModel):
+    """Where rollouts are generated (the trainer's process, or Ray workers) and the check that
+    follows every weight sync (``parpo.policy.llm.sync``)."""
+
+    workers: int = Field(
+        0,
+        ge=0,
+        description="Ray rollout workers (extra ray), each owning an hf engine on CPU that generates its "
+        "share of every batch (the same tokens as in the process, parpo.policy.llm.workers); 0: in the "
+        "trainer's process",
+    )
+    worker_threads: int = Field(1, ge=1, description="torch threads (and Ray CPUs) of each worker")
+    ray_address: str | None = Field(
+        None, description="a running Ray cluster to join (null: a local one, started for the run)"
+    )
+    sync_timeout_s: float = Field(
+        300.0, gt=0, description="seconds a worker may take to load new weights or score the probe"
+    )
+    probe_tolerance: float = Field(
+        1e-3,
+        gt=0,
+        description="largest |engine - trainer| log-prob of any token of the fixed probe sequence after a "
+        "weight sync (fp32 engines agree to about 1e-6; bf16 ones need about 0.1)",
+    )
+
+
 class LLMTrainConfig(StrictModel):
     """``parpo policy train --backend llm``: the same env, advantage, loss and optimiser sections as
     the native trainer's config, the LLM policy and its own loop."""
@@ -118,6 +144,7 @@ class LLMTrainConfig(StrictModel):
     loss: LossConfig = LossConfig()
     optim: OptimConfig = OptimConfig(lr=1e-5)
     train: LLMTrainLoopConfig = LLMTrainLoopConfig()
+    rollout: RolloutConfig = RolloutConfig()
     memory: MemoryConfig = MemoryConfig()
     value: ValueConfig = Field(
         ValueConfig(), description="value-based credit and critic (when advantage.estimator names one)"
@@ -153,5 +180,8 @@ class LLMTrainConfig(StrictModel):
             raise ValueError("loss.kl_beta > 0 (a reference policy) is not supported by the llm backend yet")
         if self.loss.aggregation == "dr_grpo" and self.loss.norm_len is None:
             raise ValueError("loss.aggregation dr_grpo needs loss.norm_len (the generation budget in tokens)")
+        if self.rollout.workers and self.policy.engine != "hf":
+            raise ValueError(f"rollout.workers > 0 runs hf engines in Ray workers; policy.engine "
+                             f"{self.policy.engine} runs in the trainer's process (set rollout.workers: 0)")  # fmt: skip
         self.memory.check_shown(self.policy.memory_skills)
         return self
