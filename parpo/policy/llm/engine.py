@@ -103,7 +103,9 @@ class RowSampler:
     ``softmax(scores / temperature)`` (scores as the processors before it left them, e.g.
     masked) at the row's own uniform (``row_uniforms``), and leaves only that token finite, so
     ``generate``'s greedy pick takes it. The sample depends on the row's seed and its scores, not
-    on the batch."""
+    on the batch. In float32 (a CDF over 49k tokens is then off by about 1e-5 relative, far below
+    bf16's noise); it costs less than ``generate``'s own softmax and multinomial (about 73 vs 289
+    ms a step for 128 rows x 49k tokens on one loaded CPU thread)."""
 
     def __init__(self, seeds: Sequence[int], temperature: float) -> None:
         self.seeds, self.temperature, self.step = np.array(seeds, dtype=np.uint64), temperature, 0
@@ -111,10 +113,14 @@ class RowSampler:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         u = torch.from_numpy(row_uniforms(self.seeds, self.step)).to(scores.device)
         self.step += 1
-        cdf = torch.softmax(scores.double() / self.temperature, -1).cumsum(-1)  # [R, V]
-        # the first token whose CDF reaches u (u > 0: never a zero-probability token)
-        pick = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1)).clamp(max=scores.shape[1] - 1)
-        return torch.full_like(scores, float("-inf")).scatter(1, pick, 0.0)
+        x = scores / self.temperature
+        w = (x - x.amax(-1, keepdim=True)).exp_()  # [R, V] unnormalised probabilities
+        cdf = torch.cumsum(w, -1, out=w)
+        # the first token whose CDF reaches u * total (u > 0: never a zero-probability token)
+        pick = torch.searchsorted(cdf, u.to(cdf.dtype).unsqueeze(1) * cdf[:, -1:]).clamp_(
+            max=scores.shape[1] - 1
+        )
+        return torch.full_like(scores, float("-inf")).scatter_(1, pick, 0.0)
 
 
 class ConstraintMasks:

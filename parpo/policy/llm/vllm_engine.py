@@ -129,7 +129,8 @@ class VLLMEngine:
             kw = {"enable_lora": True, "max_lora_rank": lora_rank(cfg.lora.r), "max_loras": 1}
         self.llm = vllm.LLM(
             model=str(Path(cfg.model)), dtype=cfg.dtype, max_model_len=cfg.max_context, seed=0,
-            logprobs_mode="processed_logprobs", enforce_eager=True, **kw,
+            logprobs_mode="processed_logprobs", gpu_memory_utilization=cfg.vllm_gpu_memory,
+            enforce_eager=not torch.cuda.is_available(), **kw,  # CPU: no graph capture or compile at start
         )  # fmt: skip
         self._adapters = 0
         self._adapter_dir: tempfile.TemporaryDirectory[str] | None = None
