@@ -16,8 +16,8 @@ budget, the turn's stop ids, and ``logprobs=0`` with ``logprobs_mode=processed_l
 log-prob of each sampled token under the distribution sampled from (temperature applied). A
 greedy request (temperature 0) reports log-probs at temperature 1. With
 ``policy.constrained_decoding`` vLLM's structured outputs restrict every call to the action JSON
-Schema (``StructuredOutputsParams(json=...)``, no whitespace between tokens of the JSON: a
-small model's budget goes to the call); its masks are not the trainer's, so the trainer
+Schema (``StructuredOutputsParams(json=...)``; the engine is started with xgrammar and
+``disable_any_whitespace``, so a small model's budget goes to the call, not to blanks); its masks are not the trainer's, so the trainer
 scores the unmasked model and ``loss.tis`` (required then) corrects for the difference.
 
 The request and answer adaptations are pure functions (``sampling_kwargs``, ``generation_of``,
@@ -83,7 +83,7 @@ def sampling_kwargs(budget: int, seed: int, *, temperature: float, greedy: bool,
         "detokenize": False,
     }
     if guided:
-        kw["structured_outputs"] = {"json": action_json_schema(), "disable_any_whitespace": True}
+        kw["structured_outputs"] = {"json": action_json_schema()}
     return kw
 
 
@@ -127,6 +127,8 @@ class VLLMEngine:
         kw: dict[str, Any] = {}
         if self.lora:
             kw = {"enable_lora": True, "max_lora_rank": lora_rank(cfg.lora.r), "max_loras": 1}
+        if cfg.constrained_decoding:  # an engine-wide setting in vLLM (xgrammar reads no per-request one)
+            kw["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
         self.llm = vllm.LLM(
             model=str(Path(cfg.model)), dtype=cfg.dtype, max_model_len=cfg.max_context, seed=0,
             logprobs_mode="processed_logprobs", gpu_memory_utilization=cfg.vllm_gpu_memory,

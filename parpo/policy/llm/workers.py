@@ -110,6 +110,8 @@ class RayEngine:
         """Each worker's answer (refs[k] from worker k), or one line naming the first worker that
         gave none within ``timeout`` s, died, or raised."""
         ray = self.ray
+        if not refs:  # no row had a budget left
+            return []
         _, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         late = [k for k, r in enumerate(refs) if r in pending]
         if late:

@@ -66,6 +66,8 @@ def test_two_workers_generate_the_episodes_of_one_process_and_follow_the_weights
     policy.engine = workers = start_workers(policy, cfg)
     try:
         assert len({local_ray.get(w.pid.remote()) for w in workers.workers}) == 2
+        none = workers.generate([[1, 2], [3]], [0, 0], temperature=1.0, greedy=False)  # no budget: no call
+        assert [(g.tokens, g.logp) for g in none] == [([], []), ([], [])]
         there, there_rewards, _ = _episodes(policy, hand_env, 7)
         assert sum(sum(c.mask) for c in here) > 50  # the 6 episodes sampled something
         for a, b in zip(here, there, strict=True):

@@ -33,7 +33,7 @@ def test_each_row_is_one_request_with_its_seed_budget_and_stop_ids() -> None:
         sampling_kwargs(5, 42, temperature=0.7, greedy=True, stop_ids=[2], guided=False)["temperature"] == 0.0
     )
     guided = sampling_kwargs(5, 42, temperature=0.7, greedy=False, stop_ids=[2], guided=True)
-    assert guided["structured_outputs"] == {"json": action_json_schema(), "disable_any_whitespace": True}
+    assert guided["structured_outputs"] == {"json": action_json_schema()}
 
 
 def test_a_completion_becomes_a_generation_cut_at_its_stop_token_and_budget() -> None:
