@@ -4,6 +4,8 @@ the trainer's; a dead worker or a sync past its timeout is one line naming the w
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -150,3 +152,14 @@ def test_workers_with_an_engine_other_than_hf_are_one_config_line(tiny_llm) -> N
         ValueError, match="rollout.workers > 0 runs hf engines in Ray workers; policy.engine vllm"
     ):
         _cfg(tiny_llm, engine="vllm")
+
+
+def test_workers_without_the_ray_extra_are_one_line(monkeypatch) -> None:
+    from parpo.policy.llm.workers import require_ray
+    from parpo_core.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without ray imports
+    with pytest.raises(
+        UserError, match=r"^rollout.workers > 0 needs the ray extra: pip install 'parpo\[ray\]'"
+    ):
+        require_ray()
