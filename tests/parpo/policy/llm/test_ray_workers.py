@@ -42,7 +42,7 @@ def _policy(cfg):
 
 
 def _episodes(policy, env, seed):
-    return run_episodes(policy, env, hand_tasks() * 2, generator=torch.Generator().manual_seed(seed))
+    return run_episodes(policy, env, hand_tasks(), generator=torch.Generator().manual_seed(seed))
 
 
 def _gaps(policy, engine) -> dict[str, float]:
@@ -71,7 +71,7 @@ def test_two_workers_generate_the_episodes_of_one_process_and_follow_the_weights
         none = workers.generate([[1, 2], [3]], [0, 0], temperature=1.0, greedy=False)  # no budget: no call
         assert [(g.tokens, g.logp) for g in none] == [([], []), ([], [])]
         there, there_rewards, _ = _episodes(policy, hand_env, 7)
-        assert sum(sum(c.mask) for c in here) > 50  # the 6 episodes sampled something
+        assert sum(sum(c.mask) for c in here) > 30  # the 3 episodes sampled something
         for a, b in zip(here, there, strict=True):
             assert a.ids == b.ids and a.mask == b.mask and a.texts == b.texts
             assert max(abs(x - y) for x, y in zip(a.logp, b.logp, strict=True)) <= 1e-5
