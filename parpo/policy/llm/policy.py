@@ -31,7 +31,7 @@ from parpo.env.tasks import Task
 from parpo.memory.policy_memory import MEMORY, PolicyMemory, load_policy_memory, save_policy_memory
 from parpo.policy.base import ActOutput
 from parpo.policy.llm import model as lm
-from parpo.policy.llm import value
+from parpo.policy.llm import value, vllm_engine  # noqa: F401  (vllm_engine registers ENGINES["vllm"])
 from parpo.policy.llm.config import LLMPolicyConfig
 from parpo.policy.llm.constrain import ToolCallConstraint, token_texts
 from parpo.policy.llm.conversation import ChatFormat, Conversation
@@ -80,12 +80,13 @@ class LLMPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
         self.chat = ChatFormat(tokenizer, cfg.max_context, cfg.max_new_tokens, cfg.top_candidates, stop,
                                cfg.call_prefix, cfg.personal_features, cfg.memory_skills > 0)  # fmt: skip
+        # the trainer replays these masks; vllm decodes to the schema with its own (vllm_engine)
         self.constraint = (
             ToolCallConstraint(token_texts(tokenizer, model.config.vocab_size), stop, cfg.call_prefix)
-            if cfg.constrained_decoding
+            if cfg.constrained_decoding and cfg.engine == "hf"
             else None
         )
-        self.engine = ENGINES[cfg.engine](model, self.pad_id, stop, constraint=self.constraint)
+        self.engine = ENGINES[cfg.engine](model, self.pad_id, stop, constraint=self.constraint, cfg=cfg)
         self.profiler = Profiler(reward_model, catalogue, cfg.profile_items, cfg.profile_categories,
                                  cfg.profile_attributes)  # fmt: skip
         self.personal = PersonalTables(reward_model, catalogue) if cfg.personal_features else None

@@ -43,6 +43,7 @@ from parpo.policy.llm.credit import chain_mask, token_credit, turn_ids
 from parpo.policy.llm.logprobs import forward, pad_batch, token_scores
 from parpo.policy.llm.policy import LLMPolicy
 from parpo.policy.llm.rollout import Episodes, collect
+from parpo.policy.llm.sync import sync_engine
 from parpo.policy.llm.value import token_values
 from parpo.trainer.loop import TrainResult, clip_apart, write_csv
 from parpo.trainer.metrics import reward_metrics, rollout_report
@@ -233,6 +234,11 @@ class LLMTrainer:
         torch.manual_seed(seed)
         policy = LLMPolicy.create(cfg.policy, src.reward_model, src.catalogue)
         params = trainable(policy).to(_device(cfg.runtime.device))
+        local_engine = policy.engine
+        if cfg.rollout.workers:  # Ray workers generate; the env and the update stay here
+            from parpo.policy.llm.workers import start_workers
+
+            policy.engine = start_workers(policy, cfg)
         optimizers = build_optimizers(params, cfg.optim)
         anchors = AnchorStore.from_config(cfg.advantage)
         env = src.env(self.preference_transform)
@@ -272,7 +278,7 @@ class LLMTrainer:
             if cfg.value_based and t.order == "actor_then_critic":
                 params.eval()
                 loss_metrics |= critic_after_actor(policy, optimizers, batch, cfg, perm_gen)
-            policy.engine.sync(policy.model)
+            sync_metrics = sync_engine(policy.engine, policy.model, policy.chat, cfg.rollout.probe_tolerance)
             anchor_metrics = anchors.update(eps.user, eps.rewards[cfg.advantage.preference_key])
             memory_metrics = {}
             if memory is not None:  # this update's episodes (the env's, in the episodes' order)
@@ -290,6 +296,7 @@ class LLMTrainer:
                 **loss_metrics,
                 **anchor_metrics,
                 **memory_metrics,
+                **sync_metrics,
                 "llm/generated_tokens": float(generated.mean()),
                 "llm/episode_tokens": float(batch["attention"].sum(1).float().mean()),
                 "llm/cut_candidates": float(np.mean([c.cut for c in eps.convs])),
@@ -305,5 +312,8 @@ class LLMTrainer:
                      f"{metrics.get('reward/task/valid_calls/mean', 0):.3f}  no slate {metrics['report/no_slate']:.2f}")  # fmt: skip
         if step is not None:
             step(None)
+        if policy.engine is not local_engine:  # the trained policy acts in this process again
+            policy.engine.close()
+            policy.engine = local_engine
         params.eval()
         return TrainResult(policy, anchors, logs, history)  # type: ignore[arg-type]

@@ -122,8 +122,8 @@ def test_lora_adapters_round_trip_and_a_different_base_is_one_line(tiny_llm, tmp
 
 
 def test_a_missing_model_folder_and_a_missing_vllm_are_one_line(tmp_path) -> None:
-    from parpo.policy.llm.engine import ENGINES
     from parpo.policy.llm.model import load_pretrained
+    from parpo.policy.llm.vllm_engine import ENGINES
 
     with pytest.raises(UserError, match="no model here"):
         load_pretrained(tmp_path)
