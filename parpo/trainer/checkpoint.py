@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from parpo.algorithms import AnchorStore
 from parpo.memory.policy_memory import MEMORY, PolicyMemory, load_policy_memory, save_policy_memory
 from parpo_core.errors import DataError, UserError
@@ -37,8 +39,6 @@ def header(backend: str, cfg: Any) -> dict[str, Any]:
 def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
     """The checkpoint at ``path`` as plain values (``torch.load(weights_only=True)``: no pickled
     objects); ``mmap``: tensors left on disk (to read the header alone). One line when it is not one."""
-    import torch
-
     if not path.is_file():
         raise UserError(
             f"{path}: no checkpoint here (resume from a run folder's last.ckpt or update-<N>.ckpt)"
@@ -50,6 +50,7 @@ def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
 
 
 def _flat(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Nested config values by dotted key (``policy.lora.r``)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         out |= _flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v}
@@ -82,8 +83,6 @@ def check_header(path: Path, saved: Mapping[str, Any], want: Mapping[str, Any]) 
 def rng_states(state: Mapping[str, Any]) -> dict[str, Any]:
     """The run's generators (``task_rng``: numpy, ``sample_gen`` and ``perm_gen``: torch) and the
     global ones (python, numpy, torch, and CUDA's once it is in use: dropout on a GPU) as plain values."""
-    import torch
-
     cuda = {"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {}
     return {
         # PCG64's 128-bit state as decimal strings: plain values, no pickled objects.
@@ -97,8 +96,6 @@ def rng_states(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def restore_rngs(state: dict[str, Any], rng: Mapping[str, Any]) -> None:
     """Set ``state``'s generators and the global ones to what ``rng_states`` recorded."""
-    import torch
-
     state["task_rng"].bit_generator.state = json.loads(rng["task_rng"])
     state["sample_gen"].set_state(rng["sample_gen"])
     state["perm_gen"].set_state(rng["perm_gen"])
