@@ -162,17 +162,11 @@ class LoadedModel:
         return self.bundle.task(r.request_id, r.user_id, request, candidates=r.candidates, k=r.k)
 
     def _skills(self, r: ActRequest) -> list[dict[str, Any]] | None:
-        """The skills the policy's memory retrieved for the request (the ones its observation
-        held; cached), or None for a policy without memory. Serving never writes the memory."""
-        memory = getattr(getattr(self.bundle.policy, "featurizer", None), "memory", None)
-        if memory is None:
-            return None
-        graph = memory.graph
-        return [
-            {"skill_id": h.skill_id, "scenario": graph.describe(h.slot)["scenario"],
-             "plan": list(graph.skills.plan[h.slot]), "reason": h.reason()}
-            for h in memory.retrieved([self._task(r)])[0]
-        ]  # fmt: skip
+        """The skills the policy's memory showed it for the request (its observation's tokens,
+        or its prompt's texts: the same cached retrieval), or None for a policy without memory.
+        Serving never writes the memory."""
+        shown = self.bundle.policy.shown_skills([self._task(r)])
+        return None if shown is None else shown[0]
 
     def _answer(
         self,

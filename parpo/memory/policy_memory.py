@@ -87,12 +87,27 @@ class PolicyMemory:
 
         return self._cache.lookup(keys, compute)
 
+    def shown(self, tasks: Sequence[Task], m: int) -> list[list[Retrieved]]:
+        """The first ``m`` skills retrieved for each task: what a policy showing ``m`` skills
+        sees (the native policy's tokens, the LLM's prompt) and what serving names."""
+        return [hits[:m] for hits in self.retrieved(tasks)]
+
+    def named(self, hits: Sequence[Retrieved]) -> list[dict[str, Any]]:
+        """``hits`` as ``/v1/act`` names them (``serving.schemas.SkillRef``): id, scenario node,
+        plan template and the reason it was retrieved."""
+        g = self.graph
+        return [
+            {"skill_id": h.skill_id, "scenario": g.scenarios[int(g.skills.scenario[h.slot])].key,
+             "plan": list(g.skills.plan[h.slot]), "reason": h.reason()}
+            for h in hits
+        ]  # fmt: skip
+
     def encode(self, tasks: Sequence[Task], m: int) -> tuple[np.ndarray, np.ndarray]:
         """``skills`` [B, m, F] float32 and ``skill_mask`` [B, m] bool for B observations' tasks."""
         feats = np.zeros((len(tasks), m, len(SKILL_FEATURES)), dtype=np.float32)
         mask = np.zeros((len(tasks), m), dtype=bool)
-        for i, hits in enumerate(self.retrieved(tasks)):
-            for j, hit in enumerate(hits[:m]):
+        for i, hits in enumerate(self.shown(tasks, m)):
+            for j, hit in enumerate(hits):
                 feats[i, j] = skill_row(self.graph, hit)
                 mask[i, j] = True
         return feats, mask

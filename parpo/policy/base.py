@@ -69,4 +69,9 @@ class Policy(Protocol):
         (the native one: ``parpo.policy.plan_tree``)."""
         return episode_slates(self, env, tasks, n, generator=generator)
 
+    def shown_skills(self, tasks: Sequence[Task]) -> list[list[dict[str, Any]]] | None:
+        """Per task, the skills its observation shows from the policy's memory, named
+        (``PolicyMemory.named``: id, scenario, plan, reason); None for a policy without memory."""
+        ...
+
     def save(self, directory: str | Path) -> None: ...

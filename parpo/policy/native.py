@@ -295,6 +295,13 @@ class NativePolicy:
         logp, ent, _ = self.net(inputs, tokens, self.temperature)
         return logp, ent
 
+    def shown_skills(self, tasks: Sequence[Task]) -> list[list[dict[str, Any]]] | None:
+        """``Policy.shown_skills``: the skills each task's observation holds as tokens."""
+        f = self.featurizer
+        if f.memory is None or not f.memory_skills:
+            return None
+        return [f.memory.named(hits) for hits in f.memory.shown(tasks, f.memory_skills)]
+
     # -- persistence -----------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """``policy.safetensors`` + ``policy.json`` (config and shapes) into ``directory``."""

@@ -44,17 +44,27 @@ from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
 from parpo.env.tasks import Task
-from parpo.memory.policy_memory import MEMORY, save_policy_memory
+from parpo.memory.policy_memory import MEMORY
 from parpo.policy.native import NativePolicy
-from parpo.trainer.checkpoint import load_checkpoint, save_checkpoint
+from parpo.trainer.checkpoint import (
+    LAST,
+    check_header,
+    check_memory_clock,
+    header,
+    load_checkpoint,
+    memory_dir,
+    numbered,
+    open_memory,
+    read_checkpoint,
+    save_checkpoint,
+    save_memory,
+)
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.critic import CriticTargets, critic_weights, value_credit
 from parpo.trainer.metrics import anchor_distribution, anchor_divergence, reward_metrics, rollout_report
 from parpo.trainer.rollout import Rollouts, shaping_components
 from parpo.trainer.rollout_queue import RolloutQueue, SyncRollouts
 from parpo_core.errors import DataError
-
-LAST = "last.ckpt"
 
 
 @dataclass
@@ -133,6 +143,10 @@ class PolicyTrainer:
 
     def fit(self, resume: str | Path | None = None) -> TrainResult:
         cfg, src = self.cfg, self.source
+        if resume is not None:  # a checkpoint of another backend or policy config: one line, before any work
+            check_header(
+                Path(resume), read_checkpoint(Path(resume), mmap=True), header(NativePolicy.kind, cfg)
+            )
         if cfg.runtime.threads:
             torch.set_num_threads(cfg.runtime.threads)
         fabric = _fabric(cfg, self.run)
@@ -174,8 +188,7 @@ class PolicyTrainer:
         if resume is not None:
             load_checkpoint(fabric, Path(resume), module, optimizers, anchors, state)
             if memory is not None:
-                expected = state["memory_clock0"] + state["update"]
-                _check_memory_clock(memory.graph.clock, memory_dir(Path(resume)), expected, state["update"])
+                check_memory_clock(memory, Path(resume), state)
         t = cfg.train
         logs = self.run / "logs" / "metrics.csv"
         history = read_csv(logs, state["update"]) if resume is not None else []
@@ -323,14 +336,15 @@ class PolicyTrainer:
         if fabric.is_global_zero:
             write_csv(history, logs)
         ckpt = rollouts.checkpoint_state(state)
-        save_checkpoint(fabric, self.run / LAST, module, optimizers, anchors, ckpt)
+        head = header(policy.kind, cfg)
+        save_checkpoint(fabric, self.run / LAST, module, optimizers, anchors, ckpt, head)
         if memory is not None and fabric.is_global_zero:
-            _save_memory(memory, self.run / MEMORY)
+            save_memory(memory, self.run / MEMORY)
         if t.checkpoint_every and state["update"] % t.checkpoint_every == 0:
-            numbered = self.run / f"update-{state['update']}.ckpt"
-            save_checkpoint(fabric, numbered, module, optimizers, anchors, ckpt)
+            kept = numbered(self.run, state["update"])
+            save_checkpoint(fabric, kept, module, optimizers, anchors, ckpt, head)
             if memory is not None and fabric.is_global_zero:
-                _save_memory(memory, memory_dir(numbered))
+                save_memory(memory, memory_dir(kept))
 
     def _critic_after_actor(
         self,
@@ -481,19 +495,11 @@ class PolicyTrainer:
         return {k: float(v) for k, v in lm.items()}
 
     def _memory(self, policy: NativePolicy, resume: str | Path | None) -> Any:
-        """The run's skill memory (resuming), the warm start's, or a fresh one, on the reward
-        model's user map."""
-        from parpo.memory.graph import SkillGraph
-        from parpo.memory.policy_memory import PolicyMemory, load_policy_memory
-
+        """The run's skill memory (``open_memory``: resuming, the warm start's, or a fresh one),
+        fed to the policy."""
+        init = self.init.memory if self.init is not None else None
         index = self.source.reward_model.user_index
-        saved = memory_dir(Path(resume)) if resume is not None else None
-        if saved is not None and saved.is_dir():  # a resume: the memory of that checkpoint
-            memory = load_policy_memory(saved, index)
-        elif self.init is not None and self.init.memory is not None:
-            memory = load_policy_memory(self.init.memory, index)
-        else:
-            memory = PolicyMemory(SkillGraph(self.cfg.memory), index)
+        memory = open_memory(self.cfg.memory, index, None if resume is None else Path(resume), init)
         policy.featurizer.memory = memory
         return memory
 
@@ -510,33 +516,6 @@ def clip_apart(module: Any, max_norm: float) -> dict[str, float]:
     if critic:
         out["critic/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(critic, max_norm))
     return out
-
-
-def memory_dir(checkpoint: Path) -> Path:
-    """The memory saved with ``checkpoint``: ``<run>/memory`` for ``last.ckpt``,
-    ``update-<N>.memory`` beside ``update-<N>.ckpt``."""
-    return checkpoint.parent / MEMORY if checkpoint.name == LAST else checkpoint.with_suffix(".memory")
-
-
-def _check_memory_clock(clock: int, where: Path, expected: int, update: int) -> None:
-    """One-line ``DataError`` unless the memory's clock is ``expected`` (its clock at the run's
-    start, a warm start's base included, plus the checkpoint's updates): a crash between the two
-    saves, or a checkpoint whose memory is missing, would otherwise resume from another memory
-    than the one the run had."""
-    if clock != expected:
-        raise DataError(
-            f"{where}: the memory is at clock {clock} but the checkpoint (update {update}) expects "
-            f"{expected}: resume from the checkpoint saved with this memory"
-        )
-
-
-def _save_memory(memory: Any, dest: Path) -> None:
-    """The memory beside the checkpoint, replaced atomically (a resumed run reloads it)."""
-    from parpo_core.durable import publish_dir, temp_sibling
-
-    staging = temp_sibling(dest)
-    save_policy_memory(memory, staging)
-    publish_dir(staging, dest, replace=True)
 
 
 def _all_gather_objects(items: list[Any]) -> list[Any]:

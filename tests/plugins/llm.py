@@ -4,7 +4,9 @@ model every ``llm`` test runs. Built once per session into a temporary folder.""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +62,52 @@ def build_tiny_llm(path: Path, *, seed: int = 0, width: int = 32, heads: int = 4
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+class RoutedEngine:
+    """Searches the request's category within its constraints on a task's first turn (by one of
+    ``strategies``, drawn from the rollout's generator when it has one) and recommends the top 3
+    after a tool result (task quality near 1, preference varying by user); records every
+    prompt's text. Stands in for the ``hf`` engine: a random tiny model rarely writes a call."""
+
+    def __init__(self, tok: Any, strategies: Sequence[str] = ("popularity",)) -> None:
+        self.tok, self.strategies, self.prompts = tok, list(strategies), []
+
+    def generate(self, prompts, budgets, *, temperature, greedy, generator=None):
+        import torch
+
+        from parpo.policy.llm.engine import Generation
+
+        out = []
+        for p, b in zip(prompts, budgets, strict=True):
+            text = self.tok.decode(p, skip_special_tokens=False)
+            self.prompts.append(text)
+            request = json.loads(user_content(text))["request"]
+            pick = (
+                0
+                if generator is None
+                else int(torch.randint(len(self.strategies), (1,), generator=generator))
+            )
+            call = (
+                {"tool": "recommend", "items": ["c1", "c2", "c3"]}
+                if "<|im_start|>tool" in text
+                else {"tool": "search", "strategy": self.strategies[pick], "k": 6}
+                | {k: v for k, v in request.items() if k in ("category", "constraints")}
+            )
+            ids = [*self.tok(json.dumps(call), add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
+            out.append(Generation(ids[:b], [-0.5] * min(b, len(ids))))
+        return out
+
+    def sync(self, model) -> None:
+        pass
+
+    def score(self, ids) -> dict:
+        return {}  # scripted: no weights, so no probe to check after a sync
+
+
+def user_content(prompt: str) -> str:
+    """The first user message's content in a ChatML prompt (the task: profile, request, skills)."""
+    return prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parpo.policy.llm.engine import Generation
@@ -132,3 +134,83 @@ def test_bad_llm_options_are_one_line(tmp_path) -> None:
     assert "unknown policy backend 'gpt'; known: llm, native" in _error_line(run(*base, "--backend", "gpt"))
     line = _error_line(run(*base, "--backend", "llm", "--model", str(tmp_path), "policy.engine=tgi"))
     assert "policy.engine" in line
+
+
+def _with_memory(reg: Path, version: str, strategy: str) -> str:
+    """``version`` published again with a skill memory shown as 2 texts: skills of user u0001
+    (searching by ``strategy``) over three scenarios; returns the new version's name."""
+    from parpo.memory.config import MemoryConfig
+    from parpo.memory.graph import SkillGraph
+    from parpo.memory.policy_memory import PolicyMemory
+    from parpo.memory.scenario import Query
+    from parpo.memory.trajectory import Trajectory
+    from parpo.policy.bundle import ANCHORS, CATALOGUE, KIND, POLICY_DIR, PolicyBundle
+    from parpo_core.artefacts import Registry
+
+    bundle = PolicyBundle.load(reg, version)
+    policy, index = bundle.policy, bundle.reward_model.user_index
+    graph = SkillGraph(MemoryConfig())
+    plan, rewards = (f"search:{strategy}+c", "recommend"), {"task_quality": 1.0, "preference": 0.9}
+    trajectories = [
+        Trajectory(f"t{k}", index["u0001"], Query(None, cap), plan, strategy, True, (), k, rewards)
+        for cap, k in [(9.0, 3), (None, 4), (200.0, 5)]
+    ]
+    n = len(index)
+    graph.write(trajectories, anchors={"preference": (np.zeros(n), np.ones(n, dtype=np.int64))})
+    policy.cfg = policy.cfg.model_copy(update={"memory_skills": 2})
+    policy.memory = PolicyMemory(graph, index)
+    out = reg.parent / f"pol-{strategy}"
+    policy.save(out)
+    v = Registry(reg).open(KIND, version)
+    files = {POLICY_DIR: out, CATALOGUE: v.file(CATALOGUE), ANCHORS: v.file(ANCHORS)}
+    config = v.config | {"policy": v.config["policy"] | {"memory_skills": 2}}
+    return (
+        Registry(reg).publish(KIND, lineage=v.lineage, config=config, metadata=v.metadata, files=files).name
+    )
+
+
+def test_the_answer_names_the_skills_the_prompt_listed_and_they_swap_on_reload(
+    llm_registry, tmp_path, monkeypatch
+) -> None:
+    from transformers import AutoTokenizer
+
+    from parpo.policy.llm import engine
+    from tests.plugins.llm import RoutedEngine, user_content
+
+    base, version = llm_registry
+    reg = tmp_path / "REG"
+    shutil.copytree(base, reg)
+    (v_pop, v_price) = (_with_memory(reg, version, s) for s in ("popularity", "price_asc"))
+    routed = RoutedEngine(AutoTokenizer.from_pretrained(reg / "policy" / version / "policy" / "tokenizer"))
+    monkeypatch.setitem(engine.ENGINES, "hf", lambda *a, **k: routed)
+    monkeypatch.setenv("PARPO_ADMIN_TOKEN", "s3cret")
+
+    def act(c) -> tuple[list[dict], set[tuple[str, ...]], object]:
+        routed.prompts.clear()
+        r = c.post("/v1/act", json={"request_id": "r", "user_id": "u0001", "k": 3})
+        assert r.status_code == 200, r.text
+        listed = {tuple(json.loads(user_content(p)).get("skills", ())) for p in routed.prompts}
+        return r.json()["skills"], listed, c.app.state.serve.manager.current
+
+    with client(reg, tmp_path / "ev", policy=v_pop) as c:
+        wait_ready(c)
+        first, listed, model = act(c)
+        graph = model.bundle.policy.memory.graph
+        clock, size = graph.clock, len(graph)
+        # the server names the 2 skills whose texts every prompt of the request listed
+        assert len(first) == 2 and listed == {tuple(graph.text(graph.sid_slot[s["skill_id"]]) for s in first)}
+        assert (graph.clock, len(graph)) == (clock, size)  # serving never writes the memory
+        r = c.post("/v1/models/reload", json={"version": v_price}, headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 202
+        end = time.monotonic() + 60
+        while c.get("/v1/models").json()["serving"]["policy_version"] != v_price:
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        second, listed, model = act(c)
+    graph = model.bundle.policy.memory.graph
+    assert len(second) == 2 and listed == {tuple(graph.text(graph.sid_slot[s["skill_id"]]) for s in second)}
+    assert {p for s in first for p in s["plan"]} == {"search:popularity+c", "recommend"}
+    assert {p for s in second for p in s["plan"]} == {"search:price_asc+c", "recommend"}
+    for s in first + second:
+        assert s["reason"]["path"][-1] == f"skill:{s['skill_id']}"
+        assert s["reason"]["score"] == pytest.approx(sum(s["reason"]["terms"].values()))

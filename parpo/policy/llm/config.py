@@ -110,6 +110,9 @@ class LLMTrainLoopConfig(StrictModel):
         "actor; actor_then_critic (PACT): the actor's epochs first, then the critic's, on the episodes "
         "reweighted by the updated actor's importance ratio (single_rollout is the native trainer's only)",
     )
+    checkpoint_every: int = Field(
+        0, ge=0, description="also keep update-<N>.ckpt (and its memory) every N updates (0: off)"
+    )
     progress_bar: bool = Field(
         True, description="show progress over updates (a line per update off a terminal)"
     )

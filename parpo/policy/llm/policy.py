@@ -134,7 +134,15 @@ class LLMPolicy:
         if self.memory is None or not m:
             return [[] for _ in tasks]
         graph = self.memory.graph
-        return [[graph.text(h.slot) for h in hits[:m]] for hits in self.memory.retrieved(tasks)]
+        return [[graph.text(h.slot) for h in hits] for hits in self.memory.shown(tasks, m)]
+
+    def shown_skills(self, tasks: Sequence[Task]) -> list[list[dict[str, Any]]] | None:
+        """``Policy.shown_skills``: the skills whose texts each task's first message lists (the
+        same retrieval, cached, as ``skill_texts``)."""
+        m = self.cfg.memory_skills
+        if self.memory is None or not m:
+            return None
+        return [self.memory.named(hits) for hits in self.memory.shown(tasks, m)]
 
     def turn(self, convs: Sequence[Conversation], *, greedy: bool = False,
              generator: torch.Generator | None = None) -> list[Conversation]:  # fmt: skip

@@ -12,6 +12,10 @@ Behaviour log-probs: with ``loss.tis`` the trainer rescores the episodes before 
 the token-level truncated importance weights ``pi_old / pi_engine`` correct for the engine's
 mismatch (``parpo.algorithms.tis_weights``; Yao et al. 2025); without it the engine's log-probs
 are the behaviour log-probs (the ``hf`` engine runs the trainer's own weights).
+
+Checkpoints (``last.ckpt`` every update, ``update-<N>.ckpt`` every ``train.checkpoint_every``,
+each with its memory) follow the native trainer's contract (``parpo.policy.llm.checkpoint``), so
+``fit(resume=...)`` continues exactly.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from parpo.algorithms import (
 from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
+from parpo.policy.llm.checkpoint import load_llm_checkpoint, save_llm_checkpoint
 from parpo.policy.llm.config import LLMTrainConfig, LLMTrainLoopConfig
 from parpo.policy.llm.credit import chain_mask, token_credit, turn_ids
 from parpo.policy.llm.logprobs import forward, pad_batch, token_scores
@@ -45,7 +50,18 @@ from parpo.policy.llm.policy import LLMPolicy
 from parpo.policy.llm.rollout import Episodes, collect
 from parpo.policy.llm.sync import sync_engine
 from parpo.policy.llm.value import token_values
-from parpo.trainer.loop import TrainResult, clip_apart, write_csv
+from parpo.trainer.checkpoint import (
+    LAST,
+    check_header,
+    check_memory_clock,
+    header,
+    memory_dir,
+    numbered,
+    open_memory,
+    read_checkpoint,
+    save_memory,
+)
+from parpo.trainer.loop import TrainResult, clip_apart, read_csv, write_csv
 from parpo.trainer.metrics import reward_metrics, rollout_report
 from parpo.trainer.rollout import shaping_components
 from parpo_core.errors import DataError, UserError
@@ -225,9 +241,13 @@ class LLMTrainer:
         self.preference_transform = preference_transform
 
     def fit(self, resume: str | Path | None = None) -> TrainResult:
-        if resume is not None:
-            raise UserError("--resume is not supported for the llm backend yet; train it afresh")
+        """Train ``train.updates`` updates; ``resume``: continue exactly from a checkpoint of this
+        backend and policy config (``last.ckpt`` or ``update-<N>.ckpt``, with its memory)."""
         cfg, src = self.cfg, self.source
+        head = header(LLMPolicy.kind, cfg)
+        ckpt = None if resume is None else Path(resume)
+        if ckpt is not None:  # another backend's or config's checkpoint: one line, before any work
+            check_header(ckpt, read_checkpoint(ckpt, mmap=True), head)
         if cfg.runtime.threads:
             torch.set_num_threads(cfg.runtime.threads)
         seed = cfg.runtime.seed
@@ -247,18 +267,25 @@ class LLMTrainer:
             raise DataError(f"{src.dataset.root}: no training task in the reward version's split")
         memory = None
         if cfg.policy.memory_skills:  # the native loop's closed loop, skills shown as texts
-            from parpo.memory.graph import SkillGraph
-            from parpo.memory.policy_memory import PolicyMemory
-
-            memory = policy.memory = PolicyMemory(SkillGraph(cfg.memory), src.reward_model.user_index)
-        task_rng = np.random.default_rng(seed)
-        sample_gen = torch.Generator().manual_seed(seed * 1009)
-        perm_gen = torch.Generator().manual_seed(seed * 1013)
+            memory = policy.memory = open_memory(cfg.memory, src.reward_model.user_index, ckpt)
+        state: dict[str, Any] = {
+            "task_rng": np.random.default_rng(seed),
+            "sample_gen": torch.Generator().manual_seed(seed * 1009),
+            "perm_gen": torch.Generator().manual_seed(seed * 1013),
+            "update": 0,
+            "memory_clock0": memory.graph.clock if memory is not None else 0,
+        }
+        if ckpt is not None:
+            load_llm_checkpoint(ckpt, read_checkpoint(ckpt), params, optimizers, anchors, state)
+            policy.engine.sync(policy.model)  # an engine with its own weights (vllm) takes the resumed ones
+            if memory is not None:
+                check_memory_clock(memory, ckpt, state)
+        task_rng, sample_gen, perm_gen = state["task_rng"], state["sample_gen"], state["perm_gen"]
         logs = self.run / "logs" / "metrics.csv"
-        history: list[dict[str, float]] = []
+        history: list[dict[str, float]] = read_csv(logs, state["update"]) if ckpt is not None else []
         t = cfg.train
-        step = step_progress("llm policy updates", t.updates) if t.progress_bar else None
-        for update in range(1, t.updates + 1):
+        step = step_progress("llm policy updates", t.updates, state["update"]) if t.progress_bar else None
+        for update in range(state["update"] + 1, t.updates + 1):
             t0 = time.perf_counter()
             picks = task_rng.choice(
                 len(tasks), size=t.tasks_per_update, replace=len(tasks) < t.tasks_per_update
@@ -307,6 +334,8 @@ class LLMTrainer:
             }
             history.append({k: float(v) for k, v in metrics.items()})
             write_csv(history, logs)
+            state["update"] = update
+            self._checkpoint(params, optimizers, anchors, state, memory, head)
             if step is not None:
                 step(f"pref {metrics.get('reward/preference/mean', 0):.3f}  valid calls "
                      f"{metrics.get('reward/task/valid_calls/mean', 0):.3f}  no slate {metrics['report/no_slate']:.2f}")  # fmt: skip
@@ -317,3 +346,16 @@ class LLMTrainer:
             policy.engine = local_engine
         params.eval()
         return TrainResult(policy, anchors, logs, history)  # type: ignore[arg-type]
+
+    def _checkpoint(self, params: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer],
+                    anchors: AnchorStore, state: dict[str, Any], memory: Any, head: dict[str, Any]) -> None:  # fmt: skip
+        """``last.ckpt`` and its memory after every update; ``update-<N>.ckpt`` and its memory
+        every ``train.checkpoint_every`` updates (the native trainer's files)."""
+        every = self.cfg.train.checkpoint_every
+        kept = [self.run / LAST] + (
+            [numbered(self.run, state["update"])] if every and state["update"] % every == 0 else []
+        )
+        for path in kept:
+            save_llm_checkpoint(path, params, optimizers, anchors, state, head)
+            if memory is not None:
+                save_memory(memory, memory_dir(path))

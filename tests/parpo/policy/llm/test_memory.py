@@ -16,6 +16,7 @@ from parpo.memory.trajectory import Trajectory
 from parpo.policy.llm.config import LLMPolicyConfig
 from parpo.policy.llm.prompt import MEMORY_RULES
 from tests.plugins.envs import HandUsers, hand_catalogue, hand_tasks
+from tests.plugins.llm import RoutedEngine
 
 pytestmark = pytest.mark.llm
 
@@ -57,39 +58,6 @@ def test_retrieved_skills_texts_join_the_first_message_and_travel_with_the_polic
     policy.save(tmp_path / "pol")
     loaded = LLMPolicy.load(tmp_path / "pol", IndexedUsers(), hand_catalogue())
     assert loaded.memory is not None and loaded.start(obs)[0].messages == conv.messages
-
-
-class RoutedEngine:
-    """Searches the request's category within its constraints on a task's first turn and
-    recommends the top 3 after a tool result (task quality near 1, preference varying by user);
-    records every prompt's text."""
-
-    def __init__(self, tok) -> None:
-        self.tok, self.prompts = tok, []
-
-    def generate(self, prompts, budgets, *, temperature, greedy, generator=None):
-        from parpo.policy.llm.engine import Generation
-
-        out = []
-        for p, b in zip(prompts, budgets, strict=True):
-            text = self.tok.decode(p, skip_special_tokens=False)
-            self.prompts.append(text)
-            request = json.loads(text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0])["request"]
-            call = (
-                {"tool": "recommend", "items": ["c1", "c2", "c3"]}
-                if "<|im_start|>tool" in text
-                else {"tool": "search", "strategy": "popularity", "k": 6}
-                | {k: v for k, v in request.items() if k in ("category", "constraints")}
-            )
-            ids = [*self.tok(json.dumps(call), add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
-            out.append(Generation(ids[:b], [-0.5] * min(b, len(ids))))
-        return out
-
-    def sync(self, model) -> None:
-        pass
-
-    def score(self, ids) -> dict:
-        return {}  # scripted: no weights, so no probe to check after a sync
 
 
 def test_llm_training_writes_episodes_back_and_later_prompts_show_skills(
