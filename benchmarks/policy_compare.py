@@ -8,6 +8,13 @@ in all, 2 PPO epochs x 4 minibatches = 128 optimiser steps); at G = 2 the same r
 steps (``tasks_per_update=256``). Only ``advantage.estimator`` differs between algorithms; the
 seed (``runtime.seed``) sets the initial weights, task draws and sampling.
 
+Study v2 (issue 17, ``--study 2``; ``benchmarks/policy_compare_v2.sh`` runs it in order): the
+preset's own budget (``default``: 60 updates x 128 tasks at G = 8, 61,440 rollouts), lines with
+``"study": 2`` in ``policy_compare_v2.jsonl`` that also keep per-task values (``per_task``: task
+ids, ``TASK_METRICS`` and the user group, warm and cold) and anchor coverage over the last 10
+updates; ``--summarise --study 2`` pairs them by (seed, task) with bootstrap intervals and wins
+per seed (``summarise_v2``). Study 1's lines, file and tables are unchanged.
+
 Issue 23's options (``--algos gae turn_gae sao pact shaped``, each run from its own preset with the
 same budget overrides; ``sao`` at G = 1 with 512 tasks per update, so the same rollouts) are
 reported next to PARPO as ``option − parpo`` paired by seed, with rollout throughput
