@@ -454,9 +454,11 @@ def summarise_v2(path: Path) -> str:
                 for a in dict.fromkeys(r["algo"] for r in fam)
             }
             main = {a: {r["seed"]: r for r in here if r["algo"] == a and "variant" not in r} for a in ALGOS}
-            within = "parpo" in arms and len(arms) > 1
+            within = tag is None or ("parpo" in arms and len(arms) > 1)
             if within:
-                pairs = [(arms["parpo"], arms[o], "parpo", o) for o in arms if o != "parpo"]
+                pairs = [
+                    (arms["parpo"], arms[o], "parpo", o) for o in arms if o != "parpo" and "parpo" in arms
+                ]
             else:
                 pairs = [(arms[a], main[b], a, b) for a in arms for b in ("parpo", "gdpo") if main[b]]
             b, label = fam[0]["budget"], f" [{tag}]" if tag else ""

@@ -78,3 +78,7 @@ def test_summarise_v2_tables_main_runs_and_an_ablation_against_main_parpo(tmp_pa
     assert "### hetero [scale-only: advantage.anchor_terms=scale]" in text
     # the ablation's seed 0 minus the main parpo's seed 0: [0, .5] -> +0.250, one win
     assert "parpo [scale-only] − parpo (main) | 1 | +0.250 [" in text
+    # a setting where only parpo has run yet: its row, no difference against itself
+    path.write_text(json.dumps(RUNS[0]) + "\n")
+    text = summarise_v2(path)
+    assert "parpo | 1 | 0.750 ± 0.000" in text and " − " not in text
