@@ -198,6 +198,42 @@ def gdpo(
     return _finish(total, metrics, cfg.whiten is not False, cfg)
 
 
+@ADVANTAGES.register("gdpo_user")
+def gdpo_user(
+    rewards: dict[str, Tensor],
+    group: Tensor,
+    user: Tensor,
+    anchors: AnchorSnapshot | None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """GDPO with a per-user normaliser (issue 17's ablation of PARPO's EMA anchor): the task
+    components as in ``gdpo``; the preference (``cfg.preference_key``) normalised by the mean and
+    std of *that user's rollouts in this batch* (all their groups pooled), not by its group and
+    not by a history::
+
+        A_pref_i = (r_i - mean_{j: user_j = user_i} r_j) / (std_{j: user_j = user_i} r_j + eps)
+
+    Stateless: anchors are ignored. Where a user has one group in the batch it is GDPO's group
+    normalisation; it differs where users recur within an update. Whitening as ``gdpo``.
+    Extra metric ``preference/frac_user_pooled``: rollouts whose user has more rollouts in the
+    batch than in their group (where the normaliser differs from GDPO's).
+    """
+    dtype = _check(rewards, group, user, cfg)
+    metrics: dict[str, float] = {}
+    total = torch.zeros(group.shape, dtype=dtype, device=group.device)
+    for k, r in rewards.items():
+        st = group_mean_std(r.to(dtype), group, sample=cfg.sample_std)
+        _std_metrics(metrics, k, st, cfg.eps)
+        if k == cfg.preference_key:
+            by_user = group_mean_std(r.to(dtype), user, sample=cfg.sample_std)
+            metrics[f"{k}/frac_user_pooled"] = (by_user.count > st.count).to(dtype).mean().item()
+            st = by_user
+        a = _group_normalise(st, cfg.eps)
+        _adv_metrics(metrics, f"{k}/adv_mean", f"{k}/adv_std", a)
+        total = total + _weight(cfg, k) * a
+    return _finish(total, metrics, cfg.whiten is not False, cfg)
+
+
 @ADVANTAGES.register("parpo")
 def parpo(
     rewards: dict[str, Tensor],
@@ -226,6 +262,9 @@ def parpo(
       anchor updates (or ``anchors`` is None) the preference track is plain group normalisation.
     - ``A = sum_k w_k A_k``; batch whitening only if ``cfg.whiten`` (off by default: it would
       cancel an anchor shift shared by many groups).
+    - Ablation (``cfg.anchor_terms``): ``baseline`` keeps the anchor in ``b`` only
+      (``s = std_g + eps``: without the ``kappa`` floor a zero-std group under a higher anchor
+      divides by ``eps``); ``scale`` keeps it in ``s`` only (``b = mean_g``); ``both`` is PARPO.
 
     Extra metrics: ``preference/frac_anchored`` (rollouts whose user anchor is used),
     ``preference/frac_anchor_baseline`` and ``preference/frac_anchor_scale`` (rollouts where the
@@ -309,6 +348,11 @@ def _anchored(
     ready, anchor_base, anchor_scale = _anchor_terms(anchors, user, cfg, plain.dtype)
     # r - b = (r - mean_g) - max(0, anchor_base - mean_g): exact zero when the group mean binds.
     lift = (anchor_base - st.mean).clamp_min(0)
+    # The ablation (cfg.anchor_terms) drops one term; the group's statistic then stands alone.
+    if cfg.anchor_terms == "scale":
+        lift = torch.zeros_like(lift)
+    if cfg.anchor_terms == "baseline":
+        anchor_scale = torch.zeros_like(anchor_scale)
     scale = torch.maximum(st.std, anchor_scale) + cfg.eps
     anchored = (st.centered - lift) / scale
     frac = ready.to(plain.dtype).mean()

@@ -18,7 +18,8 @@ class AdvantageConfig(StrictModel):
     """
 
     estimator: str = Field(
-        "parpo", description="advantage estimator by name in ADVANTAGES (parpo, gdpo, grpo, dr_grpo, rloo)"
+        "parpo",
+        description="advantage estimator by name in ADVANTAGES (parpo, gdpo, gdpo_user, grpo, dr_grpo, rloo)",
     )
     weights: dict[str, float] = Field(
         default_factory=dict,
@@ -33,6 +34,11 @@ class AdvantageConfig(StrictModel):
     gamma: float = Field(1.0, ge=0.0, description="baseline floor = mu_u - gamma * sigma_u")
     kappa: float = Field(0.1, ge=0.0, description="scale floor = kappa * (|mu_u| + sigma_u)")
     n_min: int = Field(3, ge=1, description="anchor updates a user needs before the anchor is used")
+    anchor_terms: Literal["both", "baseline", "scale"] = Field(
+        "both",
+        description="parpo's anchor terms in use (the ablation): both; baseline (b from the anchor, s the "
+        "group std); scale (b the group mean, s from the anchor)",
+    )
     anchor_alpha: float = Field(0.1, gt=0.0, le=1.0, description="EMA rate of the anchor store")
     preference_key: str = Field(
         "preference", description="the reward component normalised against the user anchor"
@@ -152,6 +158,12 @@ def select_value(
     from parpo.algorithms.gae import VALUE_ESTIMATORS
 
     est = advantage.estimator
+    if est in VALUE_ESTIMATORS and value.anchored and advantage.anchor_terms != "both":
+        # value_reward's anchored preference (r - b_u) / s_u has no group statistic to fall back on
+        raise ValueError(
+            f"advantage.anchor_terms {advantage.anchor_terms} is parpo's group-track ablation; the "
+            f"value-based estimator {est} uses both anchor terms (anchor_terms=both, or value.anchored=false)"
+        )
     if est not in VALUE_ESTIMATORS:
         if order != "joint":
             raise ValueError(

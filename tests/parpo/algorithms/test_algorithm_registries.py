@@ -6,7 +6,7 @@ import parpo.algorithms as A
 
 
 def test_registries_hold_the_documented_names() -> None:
-    assert set(A.ADVANTAGES) == {"grpo", "rloo", "gdpo", "dr_grpo", "parpo"}
+    assert set(A.ADVANTAGES) == {"grpo", "rloo", "gdpo", "gdpo_user", "dr_grpo", "parpo"}
     assert set(A.LOSSES) == {"ppo", "turn_ratio", "sao_mask"}
     assert set(A.VALUE_ESTIMATORS) == {"gae", "skip_obs_gae", "turn_gae", "pact"}
     assert set(A.CRITIC_LOSSES) == {"mse", "bce"}
