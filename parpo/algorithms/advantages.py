@@ -186,13 +186,25 @@ def gdpo(
     ``A = whiten(sum_k w_k (r_k - mean_g(r_k)) / (std_g(r_k) + eps))``. Whitening is on unless
     ``cfg.whiten`` is explicitly ``False``. This is PARPO without anchors.
     """
+    return _componentwise(rewards, group, user, cfg, by_user=None)
+
+
+def _componentwise(
+    rewards: dict[str, Tensor], group: Tensor, user: Tensor, cfg: AdvantageConfig, by_user: str | None
+) -> tuple[Tensor, dict[str, float]]:
+    """GDPO's per-component normalisation; the component ``by_user`` (if any) is normalised over
+    each user's rollouts in the batch instead of its group (``gdpo_user``)."""
     dtype = _check(rewards, group, user, cfg)
     metrics: dict[str, float] = {}
     total = torch.zeros(group.shape, dtype=dtype, device=group.device)
     for k, r in rewards.items():
         st = group_mean_std(r.to(dtype), group, sample=cfg.sample_std)
-        a = _group_normalise(st, cfg.eps)
         _std_metrics(metrics, k, st, cfg.eps)
+        if k == by_user:
+            pooled = group_mean_std(r.to(dtype), user, sample=cfg.sample_std)
+            metrics[f"{k}/frac_user_pooled"] = (pooled.count > st.count).to(dtype).mean().item()
+            st = pooled
+        a = _group_normalise(st, cfg.eps)
         _adv_metrics(metrics, f"{k}/adv_mean", f"{k}/adv_std", a)
         total = total + _weight(cfg, k) * a
     return _finish(total, metrics, cfg.whiten is not False, cfg)
@@ -218,20 +230,7 @@ def gdpo_user(
     Extra metric ``preference/frac_user_pooled``: rollouts whose user has more rollouts in the
     batch than in their group (where the normaliser differs from GDPO's).
     """
-    dtype = _check(rewards, group, user, cfg)
-    metrics: dict[str, float] = {}
-    total = torch.zeros(group.shape, dtype=dtype, device=group.device)
-    for k, r in rewards.items():
-        st = group_mean_std(r.to(dtype), group, sample=cfg.sample_std)
-        _std_metrics(metrics, k, st, cfg.eps)
-        if k == cfg.preference_key:
-            by_user = group_mean_std(r.to(dtype), user, sample=cfg.sample_std)
-            metrics[f"{k}/frac_user_pooled"] = (by_user.count > st.count).to(dtype).mean().item()
-            st = by_user
-        a = _group_normalise(st, cfg.eps)
-        _adv_metrics(metrics, f"{k}/adv_mean", f"{k}/adv_std", a)
-        total = total + _weight(cfg, k) * a
-    return _finish(total, metrics, cfg.whiten is not False, cfg)
+    return _componentwise(rewards, group, user, cfg, by_user=cfg.preference_key)
 
 
 @ADVANTAGES.register("parpo")
