@@ -277,7 +277,8 @@ class LLMTrainer:
         }
         if ckpt is not None:
             load_llm_checkpoint(ckpt, read_checkpoint(ckpt), params, optimizers, anchors, state)
-            policy.engine.sync(policy.model)  # an engine with its own weights (vllm) takes the resumed ones
+            # an engine with its own weights (vllm, Ray workers) takes the resumed ones, checked on the probe
+            sync_engine(policy.engine, policy.model, policy.chat, cfg.rollout.probe_tolerance)
             if memory is not None:
                 check_memory_clock(memory, ckpt, state)
         task_rng, sample_gen, perm_gen = state["task_rng"], state["sample_gen"], state["perm_gen"]
