@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,8 @@ from parpo.trainer.checkpoint import (
 from parpo.trainer.config import PolicyTrainConfig
 from parpo.trainer.critic import CriticTargets, critic_weights, value_credit
 from parpo.trainer.metrics import anchor_distribution, anchor_divergence, reward_metrics, rollout_report
-from parpo.trainer.rollout import Rollouts, shaping_components
-from parpo.trainer.rollout_queue import RolloutQueue, SyncRollouts
+from parpo.trainer.rollout import Rollouts, collect, shaping_components
+from parpo.trainer.rollout_queue import Collect, RolloutQueue, SyncRollouts
 from parpo_core.errors import DataError
 
 
@@ -233,14 +234,24 @@ class PolicyTrainer:
         state: dict[str, Any],
     ) -> SyncRollouts | RolloutQueue:
         t = self.cfg.train
+
+        def collect_with(p: NativePolicy) -> Collect:
+            def run(tasks: Sequence[Task]) -> tuple[Rollouts, list[Any]]:
+                p.net.eval()
+                roll = collect(p, env, tasks, t.group_size, user_index, generator=state["sample_gen"])
+                return roll, env.episodes
+
+            return run
+
         if t.order != "single_rollout":
-            return SyncRollouts(policy, env, draw, t.group_size, user_index, state["sample_gen"])
+            return SyncRollouts(collect_with(policy), draw)
+        # The thread acts with its own copy of the network, loaded with each version it needs.
+        replica = NativePolicy(copy.deepcopy(policy.net), policy.featurizer, policy.search_k)
+        replica.net.requires_grad_(False)
         queue = RolloutQueue(
-            policy,
-            env,
+            collect_with(replica),
+            replica.net.load_state_dict,
             draw,
-            t.group_size,
-            user_index,
             state["sample_gen"],
             lag=t.max_staleness,
             first=state["update"],

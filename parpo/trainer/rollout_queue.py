@@ -2,19 +2,20 @@
 or ``RolloutQueue``, the ``single_rollout`` order's, collected in a background thread while the
 trainer updates (SAO's overlap of rollouts and updates). Both have ``next(update) -> Batch``,
 ``publish(version, module)`` (the weights after an update), ``checkpoint_state(state)`` and
-``close()``.
+``close()``. They serve both trainers: a ``Collect`` function knows the backend (the native
+policy's ``parpo.trainer.rollout.collect``, the LLM's ``parpo.policy.llm.rollout.collect``).
 
 Batch ``b`` (the rollouts update ``b`` trains on) is collected with the policy weights of version
 ``max(0, b - lag)`` (version ``v`` = the weights after ``v`` updates), so its staleness is
-``min(b, lag)`` updates: bounded by ``lag`` and logged. The thread waits for that version to be
-published, so it never runs more than ``lag + 1`` batches ahead, and every batch depends only on
-its version's weights and the task and sampling generators, never on thread timing: a run is
-reproducible, and ``lag = 0`` is the synchronous loop exactly.
+``min(b, lag)`` updates: bounded by ``lag`` and logged. The thread acts with a replica of the
+policy (its own copy of the weights, ``load``-ed with each version it needs) and waits for that
+version to be published, so it never runs more than ``lag + 1`` batches ahead, and every batch
+depends only on its version's weights and the task and sampling generators, never on thread
+timing: a run is reproducible, and ``lag = 0`` is the synchronous loop exactly.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -26,17 +27,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from parpo.env.environment import BatchEnv
 from parpo.env.tasks import Task
-from parpo.policy.native import NativePolicy
-from parpo.trainer.rollout import Rollouts, collect
+
+#: ``collect(tasks) -> (rollouts, episodes)``: one batch's rollouts of ``tasks`` with the weights
+#: its policy holds, and the environment's episodes of them (task and calls; the memory's input).
+Collect = Callable[[Sequence[Task]], tuple[Any, list[Any]]]
 
 
 @dataclass
 class Batch:
     index: int  # the update it is for
     version: int  # the weights it was collected with
-    roll: Rollouts
+    roll: Any  # the backend's rollouts (``Rollouts``, or the LLM's ``Episodes``)
     collect_s: float  # seconds the thread spent collecting it
     wait_s: float  # seconds the trainer waited for it
     episodes: list[Any]  # the environment's episodes of ``roll`` (task and calls; the memory's input)
@@ -45,23 +47,13 @@ class Batch:
 class SyncRollouts:
     """The batch of update ``u`` collected when the trainer asks for it, with the current weights."""
 
-    def __init__(
-        self,
-        policy: NativePolicy,
-        env: BatchEnv,
-        draw: Callable[[], Sequence[Task]],
-        group_size: int,
-        user_index: dict[str, int],
-        generator: torch.Generator,
-    ) -> None:
-        self._policy, self._env, self._draw = policy, env, draw
-        self._g, self._users, self._gen = group_size, user_index, generator
+    def __init__(self, collect: Collect, draw: Callable[[], Sequence[Task]]) -> None:
+        self._collect, self._draw = collect, draw
 
     def next(self, index: int) -> Batch:
         t0 = time.perf_counter()
-        self._policy.net.eval()
-        roll = collect(self._policy, self._env, self._draw(), self._g, self._users, generator=self._gen)
-        return Batch(index, index, roll, time.perf_counter() - t0, 0.0, self._env.episodes)
+        roll, episodes = self._collect(self._draw())
+        return Batch(index, index, roll, time.perf_counter() - t0, 0.0, episodes)
 
     def publish(self, version: int, module: Any) -> None:
         pass
@@ -75,16 +67,17 @@ class SyncRollouts:
 
 class RolloutQueue:
     """``next(b)`` returns batches ``first, first + 1, ... last - 1`` in order; ``publish(v, module)``
-    hands the thread the weights of version ``v`` (a copy); ``close()`` stops it. ``draw()`` picks one
-    batch's tasks (the caller's seeded task generator; called in the thread only)."""
+    hands the thread the weights of version ``v`` (a copy); ``close()`` stops it. ``collect`` acts
+    with the thread's replica of the policy and ``load(weights)`` loads a version's state dict into
+    it; ``draw()`` picks one batch's tasks (the caller's seeded task generator ``task_rng``);
+    ``generator``: the sampling generator ``collect`` draws from. All three are called in the
+    thread only."""
 
     def __init__(
         self,
-        policy: NativePolicy,
-        env: BatchEnv,
+        collect: Collect,
+        load: Callable[[dict[str, Tensor]], Any],
         draw: Callable[[], Sequence[Task]],
-        group_size: int,
-        user_index: dict[str, int],
         generator: torch.Generator,
         *,
         lag: int,
@@ -92,10 +85,7 @@ class RolloutQueue:
         last: int,
         task_rng: np.random.Generator,
     ) -> None:
-        # The thread acts with its own copy of the network, loaded with each version it needs.
-        self._policy = NativePolicy(copy.deepcopy(_plain(policy.net)), policy.featurizer, policy.search_k)
-        self._policy.net.eval().requires_grad_(False)
-        self._env, self._draw, self._g, self._users, self._gen = env, draw, group_size, user_index, generator
+        self._collect, self._load, self._draw, self._gen = collect, load, draw, generator
         self._lag, self._first, self._last, self._task_rng = lag, first, last, task_rng
         self._versions: dict[int, dict[str, Tensor]] = {}
         self._ready: dict[int, Batch | BaseException] = {}
@@ -168,13 +158,9 @@ class RolloutQueue:
                 self._cond.notify_all()
             try:
                 t0 = time.perf_counter()
-                self._policy.net.load_state_dict(weights)
-                roll = collect(
-                    self._policy, self._env, self._draw(), self._g, self._users, generator=self._gen
-                )
-                item: Batch | BaseException = Batch(
-                    b, version, roll, time.perf_counter() - t0, 0.0, self._env.episodes
-                )
+                self._load(weights)
+                roll, episodes = self._collect(self._draw())
+                item: Batch | BaseException = Batch(b, version, roll, time.perf_counter() - t0, 0.0, episodes)
             except BaseException as e:  # re-raised by next() in the trainer's thread
                 item = e
             with self._cond:

@@ -104,11 +104,19 @@ class LLMTrainLoopConfig(StrictModel):
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="gradient clipping, the policy's and the value head's apart (null: off)"
     )
-    order: Literal["joint", "actor_then_critic"] = Field(
+    order: Literal["joint", "actor_then_critic", "single_rollout"] = Field(
         "joint",
         description="joint: the critic (value-based estimators) is fitted on the same minibatches as the "
         "actor; actor_then_critic (PACT): the actor's epochs first, then the critic's, on the episodes "
-        "reweighted by the updated actor's importance ratio (single_rollout is the native trainer's only)",
+        "reweighted by the updated actor's importance ratio; single_rollout (SAO): as joint, with the "
+        "episodes generated in a background thread by a copy of the model while the trainer updates "
+        "(staleness max_staleness)",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="single_rollout: update u trains on episodes of the weights after max(0, u - max_staleness) "
+        "updates (0: synchronous)",
     )
     checkpoint_every: int = Field(
         0, ge=0, description="also keep update-<N>.ckpt (and its memory) every N updates (0: off)"
@@ -197,6 +205,13 @@ class LLMTrainConfig(StrictModel):
         if self.policy.engine == "vllm" and self.policy.constrained_decoding and not self.loss.tis:
             raise ValueError("policy.constrained_decoding with engine vllm samples under vLLM's schema masks, which "
                              "the trainer does not replay: set loss.tis: true to correct for them")  # fmt: skip
+        if self.train.order == "single_rollout" and (self.rollout.workers or self.policy.engine != "hf"):
+            raise ValueError("train.order single_rollout generates in a thread of the trainer's process with an hf "
+                             "engine (set policy.engine: hf and rollout.workers: 0)")  # fmt: skip
+        if self.train.order == "single_rollout" and self.policy.memory_skills:
+            raise ValueError(
+                "train.order single_rollout does not take the skill memory (policy.memory_skills=0)"
+            )
         if self.rollout.workers and self.policy.engine != "hf":
             raise ValueError(f"rollout.workers > 0 runs hf engines in Ray workers; policy.engine "
                              f"{self.policy.engine} runs in the trainer's process (set rollout.workers: 0)")  # fmt: skip

@@ -64,21 +64,26 @@ def token_credit(
     reward: Tensor,
     values: Tensor,
     mask: Tensor,
-    entropy: Tensor,
+    entropy: Tensor | None,
     cfg: ValueConfig,
     *,
     whiten_adv: bool,
 ) -> tuple[TokenCredit, dict[str, float]]:
     """Credit of ``E`` episodes: ``reward`` [E] (``value_reward``), ``values`` [E, L] the critic's
     values on the chain (``sigmoid`` of the head for a BCE critic), ``mask`` [E, L] the generated
-    tokens, ``entropy`` [E, L] theirs (``turn_gae``'s entropy weights). ``whiten_adv``: whiten the
-    advantages over the batch's generated tokens. Metrics: the estimator's,
+    tokens, ``entropy`` [E, L] theirs (``turn_gae``'s entropy weights; None without them).
+    ``whiten_adv``: whiten the advantages over the batch's generated tokens. Metrics: the estimator's,
     ``critic/explained_variance`` over the value mask, ``critic/target_clamped_frac`` (BCE)."""
     m = mask.bool()
     chain = chain_mask(cfg.estimator, m)
     v = torch.where(chain, values.to(reward.dtype), torch.zeros_like(reward[:, None]))
     credit, metrics = VALUE_ESTIMATORS[cfg.estimator](
-        outcome_rewards(reward, chain), v, chain, cfg, turn=turn_ids(m), entropy=entropy.to(reward.dtype)
+        outcome_rewards(reward, chain),
+        v,
+        chain,
+        cfg,
+        turn=turn_ids(m),
+        entropy=None if entropy is None else entropy.to(reward.dtype),
     )
     adv = torch.where(m, credit.adv, torch.zeros_like(credit.adv))
     if whiten_adv and m.any():

@@ -45,11 +45,15 @@ def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, tem
     return logp, ent
 
 
-def forward(model: Any, ids: Tensor, attention: Tensor, hidden: bool = False) -> Any:
+def forward(model: Any, ids: Tensor, attention: Tensor, hidden: bool = False, logits: bool = True) -> Any:
     """The model's output on right-padded ``ids`` with positions counting attended tokens only;
-    ``hidden``: with the hidden states (the value head reads the last)."""
+    ``hidden``: with the hidden states (the value head reads the last); ``logits`` False: the
+    vocabulary projection of the last position only (``logits_to_keep``), for a value-only pass."""
     pos = (attention.cumsum(-1) - 1).clamp(min=0)
-    return model(input_ids=ids, attention_mask=attention, position_ids=pos, output_hidden_states=hidden)
+    keep = {} if logits else {"logits_to_keep": 1}
+    return model(
+        input_ids=ids, attention_mask=attention, position_ids=pos, output_hidden_states=hidden, **keep
+    )
 
 
 def token_scores(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, temperature: float,

@@ -11,6 +11,7 @@ earlier turns this policy did not produce (a restarted process) is rendered from
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -108,6 +109,20 @@ class LLMPolicy:
         # Created after the model (and its adapters): a seed draws the same policy with or without it.
         head = value.value_head(model.config.hidden_size) if cfg.value_head else None
         return cls(model, tok, cfg, reward_model, catalogue, base, head)
+
+    def replica(self) -> LLMPolicy:
+        """This policy acting with its own copy of the weights (eval mode) through its own engine:
+        a rollout thread's (``RolloutQueue``), loaded with each version of the weights it needs
+        while the trainer updates this one. No value head (the trainer scores values) and no
+        memory (``single_rollout`` takes none); the prompt machinery is shared, read-only."""
+        twin = copy.copy(self)
+        # requires_grad flags kept: CPU linear kernels differ with them (log-probs by ~5e-7 even
+        # under no_grad), and the copy must act exactly as the trainer's weights would
+        twin.model = copy.deepcopy(self.model).eval()
+        twin.value_head, twin.memory, twin._pending = None, None, OrderedDict()
+        twin.engine = ENGINES[self.cfg.engine](twin.model, self.pad_id, sorted(self.chat.stop_ids),
+                                               constraint=self.constraint, cfg=self.cfg)  # fmt: skip
+        return twin
 
     @property
     def device(self) -> torch.device:

@@ -42,6 +42,7 @@ from parpo.algorithms import (
 from parpo.algorithms.optim import CRITIC_PREFIX
 from parpo.env.environment import PreferenceTransform
 from parpo.env.source import EnvSource
+from parpo.env.tasks import Task
 from parpo.policy.llm.checkpoint import load_llm_checkpoint, save_llm_checkpoint
 from parpo.policy.llm.config import LLMTrainConfig, LLMTrainLoopConfig
 from parpo.policy.llm.credit import chain_mask, token_credit, turn_ids
@@ -64,6 +65,7 @@ from parpo.trainer.checkpoint import (
 from parpo.trainer.loop import TrainResult, clip_apart, read_csv, write_csv
 from parpo.trainer.metrics import reward_metrics, rollout_report
 from parpo.trainer.rollout import shaping_components
+from parpo.trainer.rollout_queue import Collect, RolloutQueue, SyncRollouts
 from parpo_core.errors import DataError, UserError
 from parpo_core.progress import step_progress
 
@@ -101,6 +103,28 @@ def behaviour_scores(policy: LLMPolicy, batch: dict[str, Tensor], micro_batch_si
     return logp, ent, values
 
 
+def head_values(policy: LLMPolicy, x: dict[str, Tensor], value_mask: Tensor) -> Tensor:
+    """[b, L] the value head's raw outputs where ``value_mask`` [b, L] for the episodes ``x``
+    (``_rows``): a forward without the vocabulary (no projection, log-softmax or constraint replay); the head
+    reads a detached state, so its graph (if any) never reaches the model."""
+    with torch.no_grad():
+        hidden = forward(policy.model, x["ids"], x["attention"], hidden=True, logits=False).hidden_states[-1]
+    return token_values(policy.value_head, hidden, value_mask)
+
+
+@torch.no_grad()
+def behaviour_values(policy: LLMPolicy, batch: dict[str, Tensor], micro_batch_size: int,
+                     value_mask: Tensor) -> Tensor:  # fmt: skip
+    """[E, L] the value head's raw outputs where ``value_mask`` [E, L] (0 elsewhere): what the
+    critic needs when the behaviour log-probs are the engine's (``loss.tis`` off)."""
+    values = torch.zeros_like(batch["rollout_logp"])
+    for idx in torch.arange(values.shape[0]).split(micro_batch_size):
+        x = _rows(batch, idx, policy.device)
+        v = head_values(policy, x, value_mask[idx][:, : x["ids"].shape[1]].to(policy.device))
+        values[idx, : v.shape[1]] = v.cpu()
+    return values
+
+
 def episode_loss(policy: LLMPolicy, x: dict[str, Tensor], adv: Tensor | None, cfg: LLMTrainConfig,
                  n_tokens: Tensor, n_seqs: int, n_values: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
     """``LOSSES[cfg.loss.name]`` of a micro-batch of episodes ``x`` (``_rows``; with ``old_logp``,
@@ -111,10 +135,8 @@ def episode_loss(policy: LLMPolicy, x: dict[str, Tensor], adv: Tensor | None, cf
     critic = n_values is not None
     metrics: dict[str, float] = {}
     loss = torch.zeros((), device=x["ids"].device)
-    if adv is None:  # the critic alone: the head reads a detached state, so no graph through the model
-        with torch.no_grad():
-            hidden = forward(policy.model, x["ids"], x["attention"], hidden=True).hidden_states[-1]
-        v = token_values(policy.value_head, hidden, x["value_mask"])
+    if adv is None:  # the critic alone: no graph through the model
+        v = head_values(policy, x, x["value_mask"])
     else:
         allowed = policy.allowed_masks(x["ids"], x["mask"], x["mask"])
         logp, ent, v = token_scores(policy.model, x["ids"], x["attention"], x["mask"], policy.temperature, allowed,
@@ -180,11 +202,20 @@ def training_batch(policy: LLMPolicy, convs: Sequence[Any], cfg: LLMTrainConfig)
 
     batch = pad_batch(convs, policy.pad_id)
     value_mask = chain_mask(cfg.value.estimator, batch["mask"]) if cfg.value_based else None
-    if cfg.loss.tis or value_mask is not None:
-        old, ent, values = behaviour_scores(policy, batch, cfg.train.micro_batch_size, value_mask)
-        if values is not None:
-            batch["values"] = torch.sigmoid(values) if cfg.value.critic_loss == "bce" else values
+    mbs = cfg.train.micro_batch_size
+    # entropies only for turn_gae's entropy weights; log-probs only under TIS
+    entropy = (
+        value_mask is not None and cfg.value.estimator == "turn_gae" and cfg.value.token_weights == "entropy"
+    )
+    values = None
+    if cfg.loss.tis or entropy:
+        old, ent, values = behaviour_scores(policy, batch, mbs, value_mask)
+        if entropy:
             batch["entropy"] = ent
+    elif value_mask is not None:
+        values = behaviour_values(policy, batch, mbs, value_mask)
+    if values is not None:
+        batch["values"] = torch.sigmoid(values) if cfg.value.critic_loss == "bce" else values
     if cfg.loss.tis:
         batch["old_logp"] = old
         batch["is_weights"] = tis_weights(batch["old_logp"], batch["rollout_logp"], cfg.loss.tis_cap)
@@ -203,7 +234,7 @@ def episode_advantages(eps: Episodes, batch: dict[str, Tensor], snap: AnchorSnap
     if not cfg.value_based:
         return compute_advantages(eps.rewards, eps.group, eps.user, snap, cfg.advantage)
     reward, metrics = value_reward(eps.rewards, eps.user, snap if cfg.value.anchored else None, cfg.advantage)
-    credit, m = token_credit(reward, batch["values"], batch["mask"], batch["entropy"], cfg.value,
+    credit, m = token_credit(reward, batch["values"], batch["mask"], batch.get("entropy"), cfg.value,
                              whiten_adv=cfg.advantage.whiten is not False)  # fmt: skip
     batch["target"], batch["value_mask"] = credit.target, credit.value_mask
     return credit.adv, metrics | m
@@ -222,6 +253,36 @@ def critic_after_actor(policy: LLMPolicy, optimizers: Sequence[torch.optim.Optim
     out["critic/is_weight_mean"] = float(w[vm].mean())
     out["critic/is_weight_capped_frac"] = float((w[vm] >= cfg.value.is_cap).float().mean())
     return out
+
+
+def _rollouts(policy: LLMPolicy, env: Any, tasks: Sequence[Task], user_index: dict[str, int],
+              t: LLMTrainLoopConfig, state: dict[str, Any]) -> SyncRollouts | RolloutQueue:  # fmt: skip
+    """Where each update's episodes come from: generated when the update starts, or under
+    ``single_rollout`` by a replica of the policy in a background thread (``RolloutQueue``), up to
+    ``max_staleness`` updates behind the trainer's weights."""
+
+    def draw() -> list[Task]:
+        picks = state["task_rng"].choice(
+            len(tasks), size=t.tasks_per_update, replace=len(tasks) < t.tasks_per_update
+        )
+        return [tasks[i] for i in picks]
+
+    def collect_with(p: LLMPolicy) -> Collect:
+        def run(batch: Sequence[Task]) -> tuple[Episodes, list[Any]]:
+            p.model.eval()
+            return collect(
+                p, env, batch, t.group_size, user_index, generator=state["sample_gen"]
+            ), env.episodes
+
+        return run
+
+    if t.order != "single_rollout":
+        return SyncRollouts(collect_with(policy), draw)
+    replica = policy.replica()
+    queue = RolloutQueue(collect_with(replica), replica.model.load_state_dict, draw, state["sample_gen"],
+                         lag=t.max_staleness, first=state["update"], last=t.updates, task_rng=state["task_rng"])  # fmt: skip
+    queue.publish(state["update"], policy.model)
+    return queue
 
 
 def _device(name: str) -> torch.device:
@@ -281,65 +342,22 @@ class LLMTrainer:
             sync_engine(policy.engine, policy.model, policy.chat, cfg.rollout.probe_tolerance)
             if memory is not None:
                 check_memory_clock(memory, ckpt, state)
-        task_rng, sample_gen, perm_gen = state["task_rng"], state["sample_gen"], state["perm_gen"]
         logs = self.run / "logs" / "metrics.csv"
         history: list[dict[str, float]] = read_csv(logs, state["update"]) if ckpt is not None else []
         t = cfg.train
         step = step_progress("llm policy updates", t.updates, state["update"]) if t.progress_bar else None
-        for update in range(state["update"] + 1, t.updates + 1):
-            t0 = time.perf_counter()
-            picks = task_rng.choice(
-                len(tasks), size=t.tasks_per_update, replace=len(tasks) < t.tasks_per_update
-            )
-            policy.model.eval()
-            eps = collect(policy, env, [tasks[i] for i in picks], t.group_size, src.reward_model.user_index,
-                          generator=sample_gen)  # fmt: skip
-            t1 = time.perf_counter()
-            if cfg.shaping is not None:
-                eps.rewards.update(shaping_components(eps.infos, cfg.shaping))
-            snap = anchors.snapshot()  # before this update's rewards move them: the write-back's thresholds
-            batch = training_batch(policy, eps.convs, cfg)  # the critic's values as the policy acted
-            adv, adv_metrics = episode_advantages(eps, batch, snap, cfg)
-            params.train()
-            joint = cfg.value_based and t.order == "joint"
-            loss_metrics = ppo_update(policy, optimizers, batch, adv, cfg, perm_gen, critic=joint)
-            if cfg.value_based and t.order == "actor_then_critic":
-                params.eval()
-                loss_metrics |= critic_after_actor(policy, optimizers, batch, cfg, perm_gen)
-            sync_metrics = sync_engine(policy.engine, policy.model, policy.chat, cfg.rollout.probe_tolerance)
-            anchor_metrics = anchors.update(eps.user, eps.rewards[cfg.advantage.preference_key])
-            memory_metrics = {}
-            if memory is not None:  # this update's episodes (the env's, in the episodes' order)
-                memory_metrics = memory.write_back(
-                    update, env.episodes, eps.infos, eps.user.tolist(),
-                    eps.rewards[cfg.advantage.preference_key].tolist(),
-                    {"preference": (snap.mean.numpy(), snap.count.numpy())},
-                )  # fmt: skip
-            t2 = time.perf_counter()
-            generated = batch["mask"].sum(1).float()
-            metrics = {
-                **reward_metrics(eps.rewards),
-                **rollout_report(eps.infos),
-                **adv_metrics,
-                **loss_metrics,
-                **anchor_metrics,
-                **memory_metrics,
-                **sync_metrics,
-                "llm/generated_tokens": float(generated.mean()),
-                "llm/episode_tokens": float(batch["attention"].sum(1).float().mean()),
-                "llm/cut_candidates": float(np.mean([c.cut for c in eps.convs])),
-                "time/rollout_s": t1 - t0,
-                "time/update_s": t2 - t1,
-                "throughput/generated_tokens_per_s": float(generated.sum()) / max(t1 - t0, 1e-9),
-                "update": update,
-            }
-            history.append({k: float(v) for k, v in metrics.items()})
-            write_csv(history, logs)
-            state["update"] = update
-            self._checkpoint(params, optimizers, anchors, state, memory, head)
-            if step is not None:
-                step(f"pref {metrics.get('reward/preference/mean', 0):.3f}  valid calls "
-                     f"{metrics.get('reward/task/valid_calls/mean', 0):.3f}  no slate {metrics['report/no_slate']:.2f}")  # fmt: skip
+        rollouts = _rollouts(policy, env, tasks, src.reward_model.user_index, t, state)
+        try:
+            for _ in range(state["update"], t.updates):
+                self._one_update(
+                    policy, params, optimizers, anchors, rollouts, state, memory, head, history, logs
+                )
+                metrics = history[-1]
+                if step is not None:
+                    step(f"pref {metrics.get('reward/preference/mean', 0):.3f}  valid calls "
+                         f"{metrics.get('reward/task/valid_calls/mean', 0):.3f}  no slate {metrics['report/no_slate']:.2f}")  # fmt: skip
+        finally:
+            rollouts.close()
         if step is not None:
             step(None)
         if policy.engine is not local_engine:  # the trained policy acts in this process again
@@ -347,6 +365,63 @@ class LLMTrainer:
             policy.engine = local_engine
         params.eval()
         return TrainResult(policy, anchors, logs, history)  # type: ignore[arg-type]
+
+    def _one_update(self, policy: LLMPolicy, params: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer],
+                    anchors: AnchorStore, rollouts: SyncRollouts | RolloutQueue, state: dict[str, Any], memory: Any,
+                    head: dict[str, Any], history: list[dict[str, float]], logs: Path) -> None:  # fmt: skip
+        """Episodes -> advantages -> actor (and critic) epochs -> engine sync -> anchors -> memory
+        write-back -> metrics (appended to ``history`` and ``logs``) -> checkpoint."""
+        cfg, t = self.cfg, self.cfg.train
+        update = state["update"] + 1
+        batch_in = rollouts.next(state["update"])
+        eps, perm_gen = batch_in.roll, state["perm_gen"]
+        t1 = time.perf_counter()
+        if cfg.shaping is not None:
+            eps.rewards.update(shaping_components(eps.infos, cfg.shaping))
+        snap = anchors.snapshot()  # before this update's rewards move them: the write-back's thresholds
+        batch = training_batch(policy, eps.convs, cfg)  # the critic's values as the policy acted
+        adv, adv_metrics = episode_advantages(eps, batch, snap, cfg)
+        params.train()
+        joint = cfg.value_based and t.order != "actor_then_critic"
+        loss_metrics = ppo_update(policy, optimizers, batch, adv, cfg, perm_gen, critic=joint)
+        if cfg.value_based and t.order == "actor_then_critic":
+            params.eval()
+            loss_metrics |= critic_after_actor(policy, optimizers, batch, cfg, perm_gen)
+        sync_metrics = sync_engine(policy.engine, policy.model, policy.chat, cfg.rollout.probe_tolerance)
+        anchor_metrics = anchors.update(eps.user, eps.rewards[cfg.advantage.preference_key])
+        memory_metrics = {}
+        if memory is not None:  # this update's episodes (the env's, in the episodes' order)
+            memory_metrics = memory.write_back(
+                update, batch_in.episodes, eps.infos, eps.user.tolist(),
+                eps.rewards[cfg.advantage.preference_key].tolist(),
+                {"preference": (snap.mean.numpy(), snap.count.numpy())},
+            )  # fmt: skip
+        t2 = time.perf_counter()
+        generated = batch["mask"].sum(1).float()
+        metrics = {
+            **reward_metrics(eps.rewards),
+            **rollout_report(eps.infos),
+            **adv_metrics,
+            **loss_metrics,
+            **anchor_metrics,
+            **memory_metrics,
+            **sync_metrics,
+            "llm/generated_tokens": float(generated.mean()),
+            "llm/episode_tokens": float(batch["attention"].sum(1).float().mean()),
+            "llm/cut_candidates": float(np.mean([c.cut for c in eps.convs])),
+            "time/rollout_s": batch_in.collect_s,
+            "time/update_s": t2 - t1,
+            "throughput/generated_tokens_per_s": float(generated.sum()) / max(batch_in.collect_s, 1e-9),
+            "update": update,
+        }
+        if t.order == "single_rollout":
+            metrics["queue/staleness"] = state["update"] - batch_in.version
+            metrics["queue/wait_s"] = batch_in.wait_s
+        history.append({k: float(v) for k, v in metrics.items()})
+        write_csv(history, logs)
+        state["update"] = update
+        rollouts.publish(update, policy.model)
+        self._checkpoint(params, optimizers, anchors, rollouts.checkpoint_state(state), memory, head)
 
     def _checkpoint(self, params: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer],
                     anchors: AnchorStore, state: dict[str, Any], memory: Any, head: dict[str, Any]) -> None:  # fmt: skip

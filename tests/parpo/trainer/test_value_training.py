@@ -54,7 +54,6 @@ def test_each_option_trains_without_nan_and_logs_its_components(source, tmp_path
 
 def test_actor_then_critic_fits_the_critic_with_the_updated_actors_ratio(source, tmp_path, monkeypatch):
     import parpo.trainer.loop as loop
-    import parpo.trainer.rollout_queue as rq
     from parpo.trainer.critic import critic_weights
 
     seen = {}
@@ -64,14 +63,14 @@ def test_actor_then_critic_fits_the_critic_with_the_updated_actors_ratio(source,
         return critic_weights(new_logp, old_logp, mask, episode, n_episodes, cap)
 
     rolls = []
-    real_collect = rq.collect
+    real_collect = loop.collect
 
     def keep(*a, **kw):
         rolls.append(real_collect(*a, **kw))
         return rolls[-1]
 
     monkeypatch.setattr(loop, "critic_weights", spy)
-    monkeypatch.setattr(rq, "collect", keep)
+    monkeypatch.setattr(loop, "collect", keep)
     res = PolicyTrainer(_config("pact", "train.updates=1"), source, tmp_path / "run").fit()
     roll = rolls[-1]
     # The critic's phase never moves the policy (the value head reads a detached state), so the
@@ -128,17 +127,17 @@ def test_single_rollout_staleness_is_bounded_logged_and_reproducible(source, tmp
 def test_single_rollout_resumes_with_the_right_task_stream(source, tmp_path, monkeypatch):
     """A checkpoint holds the generators as they were before the next batch, not as the thread
     left them: the resumed run draws the same tasks as the straight one."""
-    import parpo.trainer.rollout_queue as rq
+    import parpo.trainer.loop as loop
     from parpo.trainer.loop import LAST
 
     drawn: list[list[str]] = []
-    real_collect = rq.collect
+    real_collect = loop.collect
 
     def keep(policy, env, tasks, *a, **kw):
         drawn.append([t.task_id for t in tasks])
         return real_collect(policy, env, tasks, *a, **kw)
 
-    monkeypatch.setattr(rq, "collect", keep)
+    monkeypatch.setattr(loop, "collect", keep)
     cfg = _config("sao", "train.updates=3", "train.order=single_rollout")
     straight = PolicyTrainer(cfg, source, tmp_path / "a").fit()
     straight_tasks, drawn[:] = list(drawn), []

@@ -181,6 +181,49 @@ def test_the_value_of_a_token_is_the_head_on_the_hidden_state_before_it(tiny_llm
     assert all(p.grad is not None for p in policy.value_head.parameters())
 
 
+def test_without_tis_the_critic_reads_its_values_alone_and_they_are_the_full_passes(
+    tiny_llm, hand_env, monkeypatch
+) -> None:
+    """loss.tis off: the behaviour log-probs are the engine's, so the batch's values come from a
+    forward without the vocabulary (``behaviour_values``); they equal the full scoring's values,
+    and no entropies are computed unless turn_gae's entropy weights need them."""
+    import parpo.policy.llm.trainer as trainer
+    from parpo.policy.llm.config import LLMTrainConfig
+    from parpo.policy.llm.rollout import collect
+
+    def cfg(estimator: str, tis: bool, **value) -> LLMTrainConfig:
+        return LLMTrainConfig.model_validate(
+            {
+                "policy": {"model": str(tiny_llm), "max_new_tokens": 12, "top_candidates": 4},
+                "advantage": {"estimator": estimator},
+                "value": value,
+                "loss": {"tis": tis},
+                "train": {"micro_batch_size": 4},
+            }
+        )
+
+    policy = _policy(tiny_llm, value_head=True)
+    eps = collect(policy, hand_env, hand_tasks(), 2, {"u1": 0, "u2": 1, "u9": 2},
+                  generator=torch.Generator().manual_seed(3))  # fmt: skip
+    calls: list[str] = []
+    real_scores, real_values = trainer.behaviour_scores, trainer.behaviour_values
+    monkeypatch.setattr(
+        trainer, "behaviour_scores", lambda *a, **k: calls.append("scores") or real_scores(*a, **k)
+    )
+    monkeypatch.setattr(
+        trainer, "behaviour_values", lambda *a, **k: calls.append("values") or real_values(*a, **k)
+    )
+    alone = trainer.training_batch(policy, eps.convs, cfg("gae", tis=False))
+    full = trainer.training_batch(policy, eps.convs, cfg("gae", tis=True))
+    weighted = trainer.training_batch(policy, eps.convs, cfg("turn_gae", False, token_weights="entropy"))
+    assert calls == ["values", "scores", "scores"]
+    chain = chain_mask("gae", alone["mask"])
+    assert alone["values"][chain].abs().sum() > 0
+    torch.testing.assert_close(alone["values"], full["values"], rtol=0, atol=1e-6)
+    assert "entropy" not in alone and "entropy" in weighted
+    assert alone["old_logp"].equal(alone["rollout_logp"])
+
+
 def test_the_value_head_is_saved_and_loaded_and_policies_without_one_still_load(tiny_llm, tmp_path) -> None:
     from parpo.policy.llm.policy import LLMPolicy
 
