@@ -106,3 +106,71 @@ def test_one_update_resumed_and_one_more_is_the_two_update_run(
         DataError, match=r"update-1.memory: the memory is at clock 0 but the checkpoint \(update 1\)"
     ):
         LLMTrainer(_cfg(tiny_llm, 2), source, tmp_path / "c").fit(resume=b / "update-1.ckpt")
+
+
+class _CopyEngine:
+    """An engine with its own copy of the weights (as vllm and Ray workers have); ``stale``: its
+    ``sync`` loads nothing."""
+
+    def __init__(self, model, pad_id, stop_ids, constraint=None, cfg=None, *, stale: bool) -> None:
+        import copy
+
+        from parpo.policy.llm.engine import HFEngine
+
+        self.inner, self.stale = HFEngine(copy.deepcopy(model), pad_id, stop_ids, constraint), stale
+
+    def generate(self, *a, **k):
+        return self.inner.generate(*a, **k)
+
+    def sync(self, model) -> None:
+        if not self.stale:
+            self.inner.model.load_state_dict(model.state_dict())
+
+    def score(self, ids) -> dict:
+        from parpo.policy.llm.engine import probe_logprobs
+
+        return {"engine copy": probe_logprobs(self.inner.model, ids)}
+
+
+def test_a_resume_checks_the_engines_weights_on_the_probe_before_the_first_rollout(
+    tiny_llm, source, tmp_path, monkeypatch
+) -> None:
+    """An engine holding its own weights must take the resumed ones: one that did not (here its
+    sync loads nothing, so it still has the initial weights) stops the resume in one line before
+    any episode is generated; one that did resumes."""
+    import parpo.policy.llm.trainer as trainer
+    from parpo.policy.llm import engine
+    from parpo.policy.llm.config import LLMTrainConfig
+    from parpo.policy.llm.sync import EngineSyncError
+
+    def cfg(updates: int) -> LLMTrainConfig:
+        return LLMTrainConfig.model_validate(
+            {
+                "runtime": {"threads": 1},
+                "env": {"max_steps": 2},
+                "policy": {"model": str(tiny_llm), "max_new_tokens": 160, "top_candidates": 4},
+                "optim": {"lr": 0.01},
+                "rollout": {"probe_tolerance": 1e-6},
+                "train": {"updates": updates, "tasks_per_update": 2, "group_size": 2, "progress_bar": False},
+            }
+        )
+
+    from transformers import AutoTokenizer
+
+    # the first update: calls with rewards that differ within groups, so the weights move
+    routed = RoutedEngine(AutoTokenizer.from_pretrained(tiny_llm), ("popularity", "price_asc"))
+    monkeypatch.setitem(engine.ENGINES, "hf", lambda *a, **k: routed)
+    first = trainer.LLMTrainer(cfg(1), source, tmp_path / "run").fit()
+    assert first.history[0]["actor/loss"] != 0
+    rollouts = []
+    real = trainer.collect
+    monkeypatch.setattr(trainer, "collect", lambda *a, **k: rollouts.append(1) or real(*a, **k))
+    monkeypatch.setitem(engine.ENGINES, "hf", lambda *a, **k: _CopyEngine(*a, **k, stale=True))
+    with pytest.raises(EngineSyncError, match=r"^engine copy: log-probs of the probe sequence differ from the "
+                                              r"trainer's by .* after the weight sync"):  # fmt: skip
+        trainer.LLMTrainer(cfg(2), source, tmp_path / "run").fit(resume=tmp_path / "run" / LAST)
+    assert rollouts == []
+    monkeypatch.setitem(engine.ENGINES, "hf", lambda *a, **k: _CopyEngine(*a, **k, stale=False))
+    res = trainer.LLMTrainer(cfg(2), source, tmp_path / "run").fit(resume=tmp_path / "run" / LAST)
+    assert rollouts == [1] and [m["update"] for m in res.history] == [1, 2]
+    assert res.history[-1]["llm/sync_probe_gap"] <= 1e-6
