@@ -219,6 +219,10 @@ def run_arm(arm: str, seed: int, model: str, a: argparse.Namespace, run: Path) -
         "train_valid_calls_last": h[-1].get("reward/task/valid_calls/mean"),
         "train_invalid_penalty_first": h[0].get("reward/task/invalid_call/mean"),
         "train_invalid_penalty_last": h[-1].get("reward/task/invalid_call/mean"),
+        # per update: is validity moving, and does the penalty vary within the batch (it is
+        # normalised in its group: a constant penalty, e.g. every episode at the clip, adds nothing)
+        "train_curve": {k: [round(r[f"reward/task/{k}"], 4) for r in h if f"reward/task/{k}" in r]
+                        for k in ("valid_calls/mean", "invalid_call/mean", "invalid_call/std")},
         **{f"eval_{k}": round(v, 4) for k, v in ev.items()},
     }  # fmt: skip
 
