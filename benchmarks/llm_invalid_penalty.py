@@ -227,10 +227,46 @@ def run_arm(arm: str, seed: int, model: str, a: argparse.Namespace, run: Path) -
     }  # fmt: skip
 
 
+#: What a pair of arms must share: the same starting model, budget and evaluation.
+SETUP = ("model", "updates", "episodes_per_update", "lr", "eval_tasks")
+PAIRED = ("eval_invalid_call_rate", "eval_episodes_with_invalid", "eval_task_quality",
+          "eval_true_preference", "train_valid_calls_first", "train_valid_calls_last", "train_s")  # fmt: skip
+
+
+def paired(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per setup (``SETUP``) with both arms recorded for some seeds: each ``PAIRED`` metric's arm
+    means and its ``penalty - none`` difference per seed (seed order) and mean. A seed recorded
+    twice keeps its last line."""
+    runs = {
+        (tuple(r.get(k) for k in SETUP), r["arm"], r["seed"]): r
+        for r in lines
+        if r.get("arm") in ("none", "penalty")
+    }
+    out = []
+    for setup in dict.fromkeys(k[0] for k in runs):
+        seeds = sorted(
+            s for (u, arm, s) in runs if u == setup and arm == "none" and (u, "penalty", s) in runs
+        )
+        if not seeds:
+            continue
+        row: dict[str, Any] = {**dict(zip(SETUP, setup, strict=True)), "seeds": seeds}
+        for m in PAIRED:
+            a = [runs[(setup, "none", s)][m] for s in seeds]
+            b = [runs[(setup, "penalty", s)][m] for s in seeds]
+            diffs = [round(y - x, 4) for x, y in zip(a, b, strict=True)]
+            row[m] = {"none": round(sum(a) / len(a), 4), "penalty": round(sum(b) / len(b), 4),
+                      "diff": round(sum(diffs) / len(diffs), 4), "diffs": diffs}  # fmt: skip
+        out.append(row)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True)
-    p.add_argument("--registry", required=True)
+    p.add_argument("--data")
+    p.add_argument("--registry")
+    p.add_argument(
+        "--summary", metavar="JSONL", help="print the paired differences of a results file and stop"
+    )
     p.add_argument("--model", default="tiny", help="tiny, smollm2 or a local model folder")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument(
@@ -267,6 +303,13 @@ def main() -> None:
     )
     w.add_argument("--warm-eval-every", type=int, default=50)
     a = p.parse_args()
+    if a.summary:
+        lines = [json.loads(t) for t in Path(a.summary).read_text().splitlines() if t.strip()]
+        for row in paired(lines):
+            print(json.dumps(row))
+        return
+    if not (a.data and a.registry):
+        p.error("--data and --registry are required (or --summary)")
     sys.path.insert(0, str(ROOT))
 
     def emit(record: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
-"""The warm start of ``benchmarks/llm_invalid_penalty.py`` (the study itself is not run in CI):
-its demonstrations mark exactly the scripted calls' tokens, and teacher forcing on them takes the
-tiny random model from no valid call to some."""
+"""``benchmarks/llm_invalid_penalty.py`` (the study itself is not run in CI): the warm start's
+demonstrations mark exactly the scripted calls' tokens, teacher forcing on them takes the tiny
+random model from no valid call to some, and the summary pairs the arms by seed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from benchmarks.llm_invalid_penalty import demonstrations, evaluate, sft_step
+from benchmarks.llm_invalid_penalty import PAIRED, demonstrations, evaluate, paired, sft_step
 
 pytestmark = pytest.mark.llm
 
@@ -46,3 +46,29 @@ def test_demonstrations_mark_the_calls_and_teacher_forcing_makes_them_valid(tiny
     assert losses[-1] < losses[0] / 20
     after = evaluate(policy, env, [task])
     assert after["invalid_call_rate"] < 1.0 and after["no_slate"] == 0.0
+
+
+def _run(arm: str, seed: int, rate: float, lr: float = 3e-3) -> dict:
+    setup = {"model": "/m", "updates": 20, "episodes_per_update": 16, "lr": lr, "eval_tasks": 32}
+    return {"arm": arm, "seed": seed, **setup, **dict.fromkeys(PAIRED, 0.0), "eval_invalid_call_rate": rate}
+
+
+def test_paired_differences_match_arms_by_seed_within_one_setup():
+    lines = [
+        {"arm": "warm_start", "seed": 0},  # not an arm
+        _run("none", 0, 0.6), _run("penalty", 0, 0.5),
+        _run("none", 1, 0.7), _run("penalty", 1, 0.4),
+        _run("none", 1, 0.8),  # seed 1 recorded again: the last line counts
+        _run("none", 2, 0.9),  # no penalty run of seed 2: unpaired
+        _run("penalty", 0, 0.1, lr=1e-3),  # another setup, without its none arm
+    ]  # fmt: skip
+    (row,) = paired(lines)
+    assert row["seeds"] == [0, 1] and row["lr"] == 3e-3
+    # seed 0: 0.5 - 0.6 = -0.1; seed 1: 0.4 - 0.8 = -0.4
+    assert row["eval_invalid_call_rate"] == {
+        "none": 0.7,
+        "penalty": 0.45,
+        "diff": -0.25,
+        "diffs": [-0.1, -0.4],
+    }
+    assert row["eval_task_quality"]["diffs"] == [0.0, 0.0]
