@@ -22,6 +22,11 @@ held-out ``train`` tasks every ``--warm-eval-every`` steps and, at the end, on t
 tasks: the arms' starting point.
 
     python benchmarks/llm_invalid_penalty.py --data DATA --registry REG --model smollm2 --seeds 0
+    python benchmarks/llm_invalid_penalty.py --data DATA --registry REG --model tiny --new-tokens 96 \
+        --warm-start-steps 1500 --lr 3e-4 --updates 16 --micro-batch 1 --seeds 0 1 2
+    python benchmarks/llm_invalid_penalty.py --summary RESULTS.jsonl   # penalty - none, paired by seed
+
+benchmarks/README.md ("The invalid-call penalty with the LLM backend") has the measured runs.
 """
 
 from __future__ import annotations
@@ -143,8 +148,9 @@ def sft_step(model: Any, opt: Any, convs: list[Any], pad_id: int) -> float:
 
 
 def warm_start(a: argparse.Namespace, model: str, out: Path) -> tuple[str, dict[str, Any]]:
-    """``model`` fine-tuned ``a.warm_start_steps`` AdamW steps on demonstrations of ``train``
-    tasks, saved as a model folder ``out``; returns (``out``, the JSON line: loss and greedy
+    """``model`` fine-tuned on demonstrations of ``train`` tasks, at most ``a.warm_start_steps``
+    AdamW steps, stopped at the first check (every ``a.warm_eval_every``) whose greedy invalid-call
+    rate is at most ``a.warm_stop_invalid``, saved as a model folder ``out``; returns (``out``, the JSON line: loss and greedy
     invalid-call rate on ``a.warm_select_tasks`` other ``train`` tasks along the way, then the
     evaluation tasks' figures)."""
     import numpy as np
