@@ -331,7 +331,9 @@ def continue_world(state: State, spec: ContinueConfig) -> tuple[SynthData, Synth
     first = state.rounds
     rounds = range(first, first + spec.rounds)
     frames = Frames()
-    logs = play(cfg, world, st, frames, rounds, np.pad(state.exposure, (0, pad)), np.pad(state.clicks, (0, pad)))
+    logs = play(
+        cfg, world, st, frames, rounds, np.pad(state.exposure, (0, pad)), np.pad(state.clicks, (0, pad))
+    )
     new = frames.data(cfg, world, logs)
 
     drift = pl.DataFrame(

@@ -193,7 +193,11 @@ def play(
         sink.add("main", rows, impressions_frame(world, shown, "main"))
         del shown, rows
     uni = simulate_uniform(cfg, world, st, exposure, rounds.stop)
-    sink.add("uniform", canonical_rows(cfg, world, uni, "-test", uniform=True), impressions_frame(world, uni, "uniform"))
+    sink.add(
+        "uniform",
+        canonical_rows(cfg, world, uni, "-test", uniform=True),
+        impressions_frame(world, uni, "uniform"),
+    )
     before = {k: np.stack(v) for k, v in record.items()}
     after = np.vstack([before["exposure_before"][1:], exposure[None]])  # [rounds, n_items]
     stats = {
@@ -224,7 +228,9 @@ def simulate_uniform(cfg: SynthConfig, world: World, st: Streams, exposure: np.n
     return _show(cfg, world, users, slates, day, t0, popularity(exposure), st.uniform_response)
 
 
-def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, session: str, *, uniform: bool) -> pl.DataFrame:
+def canonical_rows(
+    cfg: SynthConfig, world: World, shown: Shown, session: str, *, uniform: bool
+) -> pl.DataFrame:
     """Canonical interaction rows: per session its impressions (at the session start), then the
     funnel events by position; sessions in order of start, so ``ts`` is non-decreasing per user.
 
