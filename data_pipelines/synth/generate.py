@@ -56,6 +56,12 @@ class Shown:
     popularity: np.ndarray  # float64, log(1 + n_i / mean n) at the time of the impression
     responses: Responses
 
+    def part(self, rows: slice) -> Shown:
+        """The impressions ``rows`` (views of the arrays)."""
+        r = Responses(**{k: getattr(self.responses, k)[rows] for k in Responses.__dataclass_fields__})
+        names = [k for k in Shown.__dataclass_fields__ if k != "responses"]
+        return Shown(**{k: getattr(self, k)[rows] for k in names}, responses=r)
+
 
 @dataclass(frozen=True)
 class SynthData:
@@ -141,8 +147,9 @@ class Sink(Protocol):
     """Where ``play`` puts the frames of each round as the round ends."""
 
     def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
-        """``split``: 'main' (one round of the logs) or 'uniform' (the uniform test); ``rows``: its
-        canonical interaction rows; ``impressions``: its ``impressions_frame``."""
+        """``split``: 'main' (the logs) or 'uniform' (the uniform test); ``rows``: canonical
+        interaction rows of consecutive sessions of one round, in log order; ``impressions``:
+        their ``impressions_frame``."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +176,8 @@ def play(
     ``rounds`` (default ``range(cfg.rounds)``) of popularity-driven slates, starting from
     impressions ``exposure`` and ``clicks`` per item ([I] int64; default none); the uniform test
     is shown on day ``rounds.stop``. Only the per-item counters and the logging-policy record
-    ([rounds, I]) outlive a round, so memory is bounded by one round, not by the log.
+    ([rounds, I]) outlive a round, so memory is bounded by one round's draws (arrays [U * k]) and
+    one frame of ``SESSIONS_PER_FRAME`` sessions, not by the log.
     """
     rounds = range(cfg.rounds) if rounds is None else rounds
     n_users, n_items = world.user_ids.len(), world.item_ids.len()
@@ -189,15 +197,10 @@ def play(
         exposure += np.bincount(shown.item, minlength=n_items)
         clicks += np.bincount(shown.item[shown.responses.click], minlength=n_items)
         impressions, clicked = impressions + shown.user.size, clicked + int(shown.responses.click.sum())
-        rows = canonical_rows(cfg, world, shown, f"-r{r:0{width}d}", uniform=False)
-        sink.add("main", rows, impressions_frame(world, shown, "main"))
-        del shown, rows
+        _emit(cfg, world, shown, sink, "main", f"-r{r:0{width}d}")
+        del shown
     uni = simulate_uniform(cfg, world, st, exposure, rounds.stop)
-    sink.add(
-        "uniform",
-        canonical_rows(cfg, world, uni, "-test", uniform=True),
-        impressions_frame(world, uni, "uniform"),
-    )
+    _emit(cfg, world, uni, sink, "uniform", "-test")
     before = {k: np.stack(v) for k, v in record.items()}
     after = np.vstack([before["exposure_before"][1:], exposure[None]])  # [rounds, n_items]
     stats = {
@@ -215,6 +218,26 @@ def play(
         }
     )
     return Logs(frame, exposure, clicks, stats)
+
+
+#: Sessions per frame handed to a sink: a round of a large world reaches it in parts.
+SESSIONS_PER_FRAME = 1 << 16
+
+
+def _emit(cfg: SynthConfig, world: World, shown: Shown, sink: Sink, split: str, session: str) -> None:
+    """Hand ``shown`` (one round, or the uniform test) to ``sink`` as frames of at most
+    ``SESSIONS_PER_FRAME`` sessions, in order: the rows do not depend on where it is cut, as a
+    session's rows follow its impressions and sessions follow each other."""
+    uniform = split == "uniform"
+    k = cfg.uniform_slate_size if uniform else cfg.slate_size
+    step = SESSIONS_PER_FRAME * k
+    for start in range(0, shown.user.size, step):
+        part = shown.part(slice(start, start + step))
+        sink.add(
+            split,
+            canonical_rows(cfg, world, part, session, uniform=uniform),
+            impressions_frame(world, part, split),
+        )
 
 
 def simulate_uniform(cfg: SynthConfig, world: World, st: Streams, exposure: np.ndarray, day: int) -> Shown:
