@@ -271,7 +271,7 @@ def all_pairs(w: World) -> bool:
 def observed_pairs(w: World, impressions: pl.DataFrame) -> np.ndarray:
     """The distinct (user, item) pairs of ``impressions``, as user row * n_items + item row; [P] int64, sorted.
 
-    The union of two such sets is ``np.union1d`` of them, so the logs can be read in parts."""
+    The logs can be read in parts: ``distinct(np.concatenate(parts))`` is the union."""
     n_items = w.item_ids.len()
     codes = (
         impressions.select("user_id", "item_id")
@@ -279,7 +279,13 @@ def observed_pairs(w: World, impressions: pl.DataFrame) -> np.ndarray:
         .join(pl.DataFrame({"item_id": w.item_ids, "i": np.arange(n_items)}), on="item_id")
         .select(pl.col("u") * n_items + pl.col("i"))
     )
-    return np.unique(codes.to_series().to_numpy())
+    return distinct(codes.to_series().to_numpy())
+
+
+def distinct(codes: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``codes`` ([N] int64); polars' multithreaded unique, several times
+    faster than ``np.unique`` on millions of codes."""
+    return pl.Series(codes).unique().sort().to_numpy()
 
 
 #: Pairs per ``interest.parquet`` frame of a world with only observed pairs (bounds its memory).
@@ -325,7 +331,11 @@ class FrameWriter:
     def write(self, df: pl.DataFrame) -> None:
         table = df.to_arrow(compat_level=pl.CompatLevel.oldest())  # large_string, as polars writes it
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+            # Dictionaries for the strings only: on floats they cost time and made the file larger.
+            strings = [c for c, t in df.schema.items() if t == pl.String]
+            self._writer = pq.ParquetWriter(
+                self.path, table.schema, compression="zstd", use_dictionary=strings
+            )
         self._writer.write_table(table)
         self.rows += df.height
 

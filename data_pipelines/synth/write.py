@@ -26,7 +26,14 @@ from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
 from data_pipelines.synth.drift import ContinueConfig, continue_world, load_state
 from data_pipelines.synth.generate import generate_logs, play, streams
-from data_pipelines.synth.truth import FrameWriter, all_pairs, observed_pairs, write_truth, write_truth_parts
+from data_pipelines.synth.truth import (
+    FrameWriter,
+    all_pairs,
+    distinct,
+    observed_pairs,
+    write_truth,
+    write_truth_parts,
+)
 from data_pipelines.synth.world import World, build_world
 from parpo_core.durable import atomic_write_with, temp_sibling
 from parpo_core.errors import DataError
@@ -109,7 +116,7 @@ class Staging:
 
     def observed_pairs(self) -> np.ndarray | None:
         """``truth.observed_pairs`` of every impression added; None when ``truth/`` holds all pairs."""
-        return None if self.pairs is None else np.unique(np.concatenate(self.pairs))
+        return None if self.pairs is None else distinct(np.concatenate(self.pairs))
 
     def close(self) -> None:
         for w in (*self.rows.values(), self.impressions):
