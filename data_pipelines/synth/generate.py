@@ -198,7 +198,7 @@ def play(
         clicks += np.bincount(shown.item[shown.responses.click], minlength=n_items)
         impressions, clicked = impressions + shown.user.size, clicked + int(shown.responses.click.sum())
         _emit(cfg, world, shown, sink, "main", f"-r{r:0{width}d}")
-        del shown
+        del shown  # the round's draws are not kept into the next round or the uniform test
     uni = simulate_uniform(cfg, world, st, exposure, rounds.stop)
     _emit(cfg, world, uni, sink, "uniform", "-test")
     before = {k: np.stack(v) for k, v in record.items()}

@@ -151,13 +151,14 @@ def write_truth_parts(
     logs: Logs,
     impressions: pl.DataFrame | Path,
     pairs: np.ndarray | None,
-    continuations: list[dict[str, Any]],
-    drift: pl.DataFrame | None,
+    continuations: list[dict[str, Any]] | None = None,
+    drift: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Write ``truth/`` atomically: staged in a sibling temp folder, fsynced, renamed into place.
 
     ``impressions``: the impressions frame, or a parquet file of it (moved into ``truth/``);
-    ``pairs``: ``observed_pairs`` of the impressions, None when ``all_pairs(w)``.
+    ``pairs``: ``observed_pairs`` of the impressions, None when ``all_pairs(w)``; ``continuations``
+    and ``drift``: a continued world's records (``data_pipelines.synth.drift``).
     """
     tmp = temp_sibling(dest)
     tmp.mkdir(parents=True)

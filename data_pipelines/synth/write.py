@@ -65,9 +65,9 @@ def write(
     ``splits``: also write every applicable split with seed 0 and the default rule.
 
     Each round's rows go to parquet files in a hidden staging folder beside ``out`` as the
-    round ends (removed when done, failed or not), then through the ingest, which streams
-    them: memory is bounded by one round (plus the world and the ingest's own state), not by
-    the log. The rows are those of ``generate(config)``.
+    round ends (removed when done, failed or not), then through the ingest, which reads them
+    in chunks: the generation's memory is bounded by one round, not by the log (the ingest's
+    pass 2 and the splits still grow with the rows). The rows are those of ``generate(config)``.
 
     The summary is the main dataset's ``summary.json`` plus ``uniform_test`` (its
     summary), ``truth`` (files and row counts) and ``synth`` (seed, config digest,
@@ -90,7 +90,7 @@ def write(
             sink.close()
         main, uniform = _ingest_logs(out, stage, items, users, items, users, note)
         meta = write_truth_parts(
-            out / "truth", cfg, world, logs, sink.impressions.path, sink.observed_pairs(), [], None
+            out / "truth", cfg, world, logs, sink.impressions.path, sink.observed_pairs()
         )
     synth = {"seed": cfg.seed, "config_digest": cfg.digest(), "stats": logs.stats}
     return _finish(out, main, uniform, meta, synth, splits=splits, started=started)
