@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 
@@ -194,6 +195,14 @@ def test_streamed_write_equals_ingesting_the_in_memory_frames(written, tmp_path)
     got_meta, want_meta = (json.loads((d / "truth" / "meta.json").read_text()) for d in (out, tmp_path))
     assert got_meta == want_meta and got_meta["stats"] == data.stats
     assert not [p.name for p in out.parent.iterdir() if p.name.startswith(".")]  # staging removed
+    # The rows the whole-log write gave before it streamed (sha256 of the CSV text, first 16 hex).
+    got = [
+        Dataset(out).interactions().collect(),
+        Dataset(out / "uniform_test").interactions().collect(),
+        pl.read_parquet(out / "truth" / "impressions.parquet"),
+    ]
+    digests = [hashlib.sha256(df.write_csv().encode()).hexdigest()[:16] for df in got]
+    assert digests == ["5ce7b1c960dc606c", "1ae9b251c1e3d9ae", "c782c699abb3239b"]
 
 
 def test_a_failed_write_leaves_no_staging_and_the_folder_claimable(tmp_path, monkeypatch):
