@@ -44,7 +44,7 @@ from pydantic import Field
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.synth.config import GENERATOR_VERSION, SynthConfig
-from data_pipelines.synth.generate import SynthData, assemble, simulate_rounds, simulate_uniform, streams
+from data_pipelines.synth.generate import Frames, SynthData, play, streams
 from data_pipelines.synth.truth import read_centroids, truth_dir
 from data_pipelines.synth.world import (
     AGE_BANDS,
@@ -330,11 +330,11 @@ def continue_world(state: State, spec: ContinueConfig) -> tuple[SynthData, Synth
     pad = spec.new_items
     first = state.rounds
     rounds = range(first, first + spec.rounds)
-    main, record = simulate_rounds(
-        cfg, world, st, rounds, np.pad(state.exposure, (0, pad)), np.pad(state.clicks, (0, pad))
+    frames = Frames()
+    logs = play(
+        cfg, world, st, frames, rounds, np.pad(state.exposure, (0, pad)), np.pad(state.clicks, (0, pad))
     )
-    uni = simulate_uniform(cfg, world, st, record["exposure_final"], day=first + spec.rounds)
-    new = assemble(cfg, world, main, uni, record, rounds)
+    new = frames.data(cfg, world, logs)
 
     drift = pl.DataFrame(
         {

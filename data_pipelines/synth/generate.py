@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -56,15 +56,11 @@ class Shown:
     popularity: np.ndarray  # float64, log(1 + n_i / mean n) at the time of the impression
     responses: Responses
 
-    @staticmethod
-    def concat(parts: list[Shown]) -> Shown:
-        def cat(objs: list, name: str) -> np.ndarray:
-            return np.concatenate([getattr(o, name) for o in objs])
-
-        responses = [p.responses for p in parts]
-        r = Responses(**{k: cat(responses, k) for k in Responses.__dataclass_fields__})
+    def part(self, rows: slice) -> Shown:
+        """The impressions ``rows`` (views of the arrays)."""
+        r = Responses(**{k: getattr(self.responses, k)[rows] for k in Responses.__dataclass_fields__})
         names = [k for k in Shown.__dataclass_fields__ if k != "responses"]
-        return Shown(**{k: cat(parts, k) for k in names}, responses=r)
+        return Shown(**{k: getattr(self, k)[rows] for k in names}, responses=r)
 
 
 @dataclass(frozen=True)
@@ -147,26 +143,50 @@ def _show(
     )
 
 
-def simulate_rounds(
+class Sink(Protocol):
+    """Where ``play`` puts the frames of each round as the round ends."""
+
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+        """``split``: 'main' (the logs) or 'uniform' (the uniform test); ``rows``: canonical
+        interaction rows of consecutive sessions of one round, in log order; ``impressions``:
+        their ``impressions_frame``."""
+
+
+@dataclass(frozen=True)
+class Logs:
+    """What a run keeps besides its rows: the logging-policy record and the statistics."""
+
+    exposure: pl.DataFrame  # round, item_id, exposure_before, clicks_before, probability ([rounds * I] rows)
+    exposure_final: np.ndarray  # [I] int64, impressions per item in the main logs
+    clicks_final: np.ndarray  # [I] int64, clicks per item in the main logs
+    stats: dict[str, Any]
+
+
+def play(
     cfg: SynthConfig,
     world: World,
     st: Streams,
+    sink: Sink,
     rounds: range | None = None,
     exposure: np.ndarray | None = None,
     clicks: np.ndarray | None = None,
-) -> tuple[Shown, dict[str, np.ndarray]]:
-    """The main logs: ``rounds`` (default ``range(cfg.rounds)``) of popularity-driven slates,
-    starting from impressions ``exposure`` and ``clicks`` per item ([I] int64; default none).
+) -> Logs:
+    """The main logs, then the uniform test, into ``sink`` one round at a time.
 
-    Returns the impressions (in log order) and the logging-policy record: per round
-    (``[rounds, n_items]``) exposure and clicks before the round and the draw probability.
+    ``rounds`` (default ``range(cfg.rounds)``) of popularity-driven slates, starting from
+    impressions ``exposure`` and ``clicks`` per item ([I] int64; default none); the uniform test
+    is shown on day ``rounds.stop``. Only the per-item counters and the logging-policy record
+    ([rounds, I]) outlive a round, so memory is bounded by one round's draws (arrays [U * k]) and
+    one frame of ``SESSIONS_PER_FRAME`` sessions, not by the log.
     """
+    rounds = range(cfg.rounds) if rounds is None else rounds
     n_users, n_items = world.user_ids.len(), world.item_ids.len()
     exposure = np.zeros(n_items, dtype=np.int64) if exposure is None else exposure.copy()
     clicks = np.zeros(n_items, dtype=np.int64) if clicks is None else clicks.copy()
-    parts: list[Shown] = []
     record: dict[str, list[np.ndarray]] = {"exposure_before": [], "clicks_before": [], "probability": []}
-    for r in range(cfg.rounds) if rounds is None else rounds:
+    width = max(2, len(str(rounds[-1])))  # session ids: "-r" + the round, zero-padded alike in every round
+    impressions = clicked = 0
+    for r in rounds:
         p = popularity_weights(clicks, cfg.exposure_alpha, cfg.exposure_beta)
         record["exposure_before"].append(exposure.copy())
         record["clicks_before"].append(clicks.copy())
@@ -176,31 +196,69 @@ def simulate_rounds(
         shown = _show(cfg, world, users, slates, r, t0, popularity(exposure), st.response)
         exposure += np.bincount(shown.item, minlength=n_items)
         clicks += np.bincount(shown.item[shown.responses.click], minlength=n_items)
-        parts.append(shown)
-    out = {k: np.stack(v) for k, v in record.items()}
-    out["exposure_final"], out["clicks_final"] = exposure, clicks
-    return Shown.concat(parts), out
+        impressions, clicked = impressions + shown.user.size, clicked + int(shown.responses.click.sum())
+        _emit(cfg, world, shown, sink, "main", f"-r{r:0{width}d}")
+        del shown  # the round's draws are not kept into the next round or the uniform test
+    uni = simulate_uniform(cfg, world, st, exposure, rounds.stop)
+    _emit(cfg, world, uni, sink, "uniform", "-test")
+    before = {k: np.stack(v) for k, v in record.items()}
+    after = np.vstack([before["exposure_before"][1:], exposure[None]])  # [rounds, n_items]
+    stats = {
+        "exposure_gini_by_round": [round(gini(c), 4) for c in after],
+        "click_rate": round(clicked / impressions, 4),
+        "uniform_click_rate": round(float(uni.responses.click.mean()), 4),
+        "impressions": impressions,
+        "uniform_impressions": int(uni.user.size),
+    }
+    frame = pl.DataFrame(
+        {
+            "round": np.repeat(np.asarray(rounds, dtype=np.int64), n_items),
+            "item_id": world.item_ids.gather(np.tile(np.arange(n_items), len(rounds))),
+            **{k: v.ravel() for k, v in before.items()},
+        }
+    )
+    return Logs(frame, exposure, clicks, stats)
 
 
-def simulate_uniform(
-    cfg: SynthConfig, world: World, st: Streams, exposure: np.ndarray, day: int | None = None
-) -> Shown:
+#: Sessions per frame handed to a sink: a round of a large world reaches it in parts.
+SESSIONS_PER_FRAME = 1 << 16
+
+
+def _emit(cfg: SynthConfig, world: World, shown: Shown, sink: Sink, split: str, session: str) -> None:
+    """Hand ``shown`` (one round, or the uniform test) to ``sink`` as frames of at most
+    ``SESSIONS_PER_FRAME`` sessions, in order: the rows do not depend on where it is cut, as a
+    session's rows follow its impressions and sessions follow each other."""
+    uniform = split == "uniform"
+    k = cfg.uniform_slate_size if uniform else cfg.slate_size
+    step = SESSIONS_PER_FRAME * k
+    for start in range(0, shown.user.size, step):
+        part = shown.part(slice(start, start + step))
+        sink.add(
+            split,
+            canonical_rows(cfg, world, part, session, uniform=uniform),
+            impressions_frame(world, part, split),
+        )
+
+
+def simulate_uniform(cfg: SynthConfig, world: World, st: Streams, exposure: np.ndarray, day: int) -> Shown:
     """uniform_test: ``uniform_slate_size`` distinct items drawn uniformly at random per user, shown
-    on ``day`` (default ``cfg.rounds``: the day after the last round). Same response model;
-    conformity reads the final exposure counts."""
+    on ``day`` (the day after the last round). Same response model; conformity reads the final
+    exposure counts."""
     n_users, n_items = world.user_ids.len(), world.item_ids.len()
-    day = cfg.rounds if day is None else day
     users, t0 = _sessions(cfg, st.uniform_time, n_users, cfg.uniform_slate_size, day)
     p = np.full(n_items, 1.0 / n_items)
     slates = sample_slates(st.uniform_exposure, p, n_users, cfg.uniform_slate_size)
     return _show(cfg, world, users, slates, day, t0, popularity(exposure), st.uniform_response)
 
 
-def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: bool) -> pl.DataFrame:
+def canonical_rows(
+    cfg: SynthConfig, world: World, shown: Shown, session: str, *, uniform: bool
+) -> pl.DataFrame:
     """Canonical interaction rows: per session its impressions (at the session start), then the
     funnel events by position; sessions in order of start, so ``ts`` is non-decreasing per user.
 
-    ``shown`` holds whole sessions of equal length, in arrival order (as simulated).
+    ``shown`` holds one round's (or the uniform test's) sessions, of equal length, in arrival order
+    (as simulated); a session's id is its user's id + ``session``.
     """
     r = shown.responses
     k = cfg.uniform_slate_size if uniform else cfg.slate_size
@@ -216,20 +274,7 @@ def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: boo
     user, item, pos = shown.user[imp], shown.item[imp], shown.position[imp]
     offset = np.asarray([0, 0, gap // 4, gap // 2, 3 * gap // 4])[code]  # after the click at gap * pos
     ts = shown.t0[imp] + np.where(code > 0, gap * pos + offset, 0)
-    if uniform:
-        session = (world.user_ids + "-test").gather(user)
-    else:
-        # Rounds first .. last (every user has a session in each): "-r" + the round, zero-padded.
-        first, last = int(shown.round.min()), int(shown.round.max())
-        n_rounds = last - first + 1
-        width = max(2, len(str(last)))
-        suffix = "-r" + pl.Series(np.arange(first, last + 1)).cast(pl.String).str.zfill(width)
-        table = world.user_ids.to_frame("u").join(suffix.to_frame("r"), how="cross")
-        session = (
-            table.select(pl.col("u") + pl.col("r"))
-            .to_series()
-            .gather(user * n_rounds + shown.round[imp] - first)
-        )
+    session_ids = (world.user_ids + session).gather(user)
     is_buy = code == EVENT_CODES.index("buy")
     n_rows = imp.size
     return pl.DataFrame(
@@ -240,8 +285,8 @@ def canonical_rows(cfg: SynthConfig, world: World, shown: Shown, *, uniform: boo
             "event": pl.Series(EVENT_CODES).gather(code),
             "value": pl.Series(np.where(is_buy, world.price[item], np.nan)).fill_nan(None),
             "category": pl.Series(world.category_names).gather(world.category[item]),
-            "session_id": session,
-            "request_id": session,
+            "session_id": session_ids,
+            "request_id": session_ids,
             "position": pl.Series(pos, dtype=pl.Int32),
             "propensity": pl.repeat(
                 1.0 / world.item_ids.len() if uniform else None, n_rows, dtype=pl.Float64, eager=True
@@ -278,59 +323,58 @@ def impressions_frame(world: World, shown: Shown, split: str) -> pl.DataFrame:
     )
 
 
+class Frames:
+    """A ``Sink`` that keeps every frame in memory: ``data`` concatenates them into a ``SynthData``."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[pl.DataFrame]] = {"main": [], "uniform": []}
+        self.impressions: list[pl.DataFrame] = []
+
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+        self.rows[split].append(rows)
+        self.impressions.append(impressions)
+
+    def data(self, cfg: SynthConfig, world: World, logs: Logs) -> SynthData:
+        return SynthData(
+            config=cfg,
+            world=world,
+            interactions=pl.concat(self.rows["main"]),
+            uniform=pl.concat(self.rows["uniform"]),
+            items=world.items_frame(),
+            users=world.users_frame(),
+            impressions=pl.concat(self.impressions),
+            exposure=logs.exposure,
+            exposure_final=logs.exposure_final,
+            clicks_final=logs.clicks_final,
+            stats=logs.stats,
+        )
+
+
 def generate(config: SynthConfig | None = None) -> SynthData:
-    """Draw a world, its popularity-driven logs and a uniform-exposure test set. Deterministic in the seed."""
+    """Draw a world, its popularity-driven logs and a uniform-exposure test set, in memory
+    (``write`` streams the same rows to disk). Deterministic in the seed."""
     cfg = config or SynthConfig()
     st = streams(cfg.seed)
     world = build_world(cfg, st.users, st.items)
-    main, record = simulate_rounds(cfg, world, st)
-    uni = simulate_uniform(cfg, world, st, record["exposure_final"])
-    return assemble(cfg, world, main, uni, record, range(cfg.rounds))
+    frames = Frames()
+    return frames.data(cfg, world, play(cfg, world, st, frames))
 
 
-def assemble(
-    cfg: SynthConfig, world: World, main: Shown, uni: Shown, record: dict[str, np.ndarray], rounds: range
-) -> SynthData:
-    """Frames and statistics of simulated ``rounds`` (``main``, with ``simulate_rounds``'s ``record``)
-    and a uniform test (``uni``)."""
-    n_items = world.item_ids.len()
-    exposure = pl.DataFrame(
-        {
-            "round": np.repeat(np.asarray(rounds, dtype=np.int64), n_items),
-            "item_id": world.item_ids.gather(np.tile(np.arange(n_items), len(rounds))),
-            "exposure_before": record["exposure_before"].ravel(),
-            "clicks_before": record["clicks_before"].ravel(),
-            "probability": record["probability"].ravel(),
-        }
-    )
-    after = np.vstack([record["exposure_before"][1:], record["exposure_final"][None]])  # [rounds, n_items]
-    stats = {
-        "exposure_gini_by_round": [round(gini(c), 4) for c in after],
-        "click_rate": round(float(main.responses.click.mean()), 4),
-        "uniform_click_rate": round(float(uni.responses.click.mean()), 4),
-        "impressions": int(main.user.size),
-        "uniform_impressions": int(uni.user.size),
-    }
-    return SynthData(
-        config=cfg,
-        world=world,
-        interactions=canonical_rows(cfg, world, main, uniform=False),
-        uniform=canonical_rows(cfg, world, uni, uniform=True),
-        items=world.items_frame(),
-        users=world.users_frame(),
-        impressions=pl.concat(
-            [impressions_frame(world, main, "main"), impressions_frame(world, uni, "uniform")]
-        ),
-        exposure=exposure,
-        exposure_final=record["exposure_final"],
-        clicks_final=record["clicks_final"],
-        stats=stats,
-    )
+class _MainRows:
+    """A ``Sink`` that keeps only the main logs' canonical rows."""
+
+    def __init__(self) -> None:
+        self.rows: list[pl.DataFrame] = []
+
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+        if split == "main":
+            self.rows.append(rows)
 
 
 def generate_logs(config: SynthConfig) -> pl.DataFrame:
-    """Only the main logs as canonical rows (no uniform test, no truth frames): the fast path for CSV."""
+    """Only the main logs as canonical rows (no truth frames kept): the path for CSV."""
     st = streams(config.seed)
     world = build_world(config, st.users, st.items)
-    main, _ = simulate_rounds(config, world, st)
-    return canonical_rows(config, world, main, uniform=False)
+    sink = _MainRows()
+    play(config, world, st, sink)
+    return pl.concat(sink.rows)

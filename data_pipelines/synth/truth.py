@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from data_pipelines.synth.config import GENERATOR_VERSION, SynthConfig
-from data_pipelines.synth.generate import SynthData
-from data_pipelines.synth.world import Centroids, price_position
+from data_pipelines.synth.generate import Logs, SynthData
+from data_pipelines.synth.world import Centroids, World, price_position
 from data_pipelines.synth.world import interest as row_interest
 from parpo_core.durable import publish_dir, temp_sibling
 from parpo_core.errors import DataError
@@ -135,38 +136,66 @@ def _vectors(a: np.ndarray) -> pl.Series:
 
 
 def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
-    """Write ``truth/`` atomically: staged in a sibling temp folder, fsynced, renamed into place."""
-    w, cfg = data.world, data.config
+    """Write ``truth/`` of a world held in memory (``write_truth_parts``)."""
+    logs = Logs(data.exposure, data.exposure_final, data.clicks_final, data.stats)
+    pairs = None if all_pairs(data.world) else observed_pairs(data.world, data.impressions)
+    return write_truth_parts(
+        dest, data.config, data.world, logs, data.impressions, pairs, data.continuations, data.drift
+    )
+
+
+def write_truth_parts(
+    dest: Path,
+    cfg: SynthConfig,
+    w: World,
+    logs: Logs,
+    impressions: pl.DataFrame | Path,
+    pairs: np.ndarray | None,
+    continuations: list[dict[str, Any]] | None = None,
+    drift: pl.DataFrame | None = None,
+) -> dict[str, Any]:
+    """Write ``truth/`` atomically: staged in a sibling temp folder, fsynced, renamed into place.
+
+    ``impressions``: the impressions frame, or a parquet file of it (moved into ``truth/``);
+    ``pairs``: ``observed_pairs`` of the impressions, None when ``all_pairs(w)``; ``continuations``
+    and ``drift``: a continued world's records (``data_pipelines.synth.drift``).
+    """
     tmp = temp_sibling(dest)
     tmp.mkdir(parents=True)
     try:
         frames = {
             "user_vectors.parquet": pl.DataFrame({"user_id": w.user_ids, "vector": _vectors(w.user_vectors)}),
             "conformity.parquet": pl.DataFrame({"user_id": w.user_ids, "conformity": w.conformity}),
-            "items.parquet": data.items.select(
+            "items.parquet": w.items_frame().select(
                 "item_id",
                 _vectors(w.item_vectors),
                 "category",
                 "attributes",
                 "price",
-                pl.Series("exposure", data.exposure_final),
-                pl.Series("clicks", data.clicks_final),
+                pl.Series("exposure", logs.exposure_final),
+                pl.Series("clicks", logs.clicks_final),
             ),
-            "interest.parquet": _interest_pairs(data),
-            "impressions.parquet": data.impressions,
-            "exposure.parquet": data.exposure,
+            "interest.parquet": _interest_pairs(w, pairs),
+            "impressions.parquet": impressions,
+            "exposure.parquet": logs.exposure,
             "centroids.parquet": centroids_frame(w.centroids),
         }
-        if data.drift is not None:
-            frames["drift.parquet"] = data.drift
+        if drift is not None:
+            frames["drift.parquet"] = drift
         if w.price_taste is not None:
             frames["price_preference.parquet"] = pl.DataFrame(
                 {"user_id": w.user_ids, "rho": np.sign(w.price_taste).astype(np.int8)}
             )
         files = {}
         for name, df in frames.items():
-            df.write_parquet(tmp / name, compression="zstd")
-            files[name] = {"rows": df.height}
+            if isinstance(df, pl.DataFrame):
+                df.write_parquet(tmp / name, compression="zstd")
+                files[name] = {"rows": df.height}
+            elif isinstance(df, Path):
+                shutil.move(df, tmp / name)
+                files[name] = {"rows": pq.ParquetFile(tmp / name).metadata.num_rows}
+            else:
+                files[name] = {"rows": write_frames(tmp / name, df)}
         meta = {
             "generator_version": GENERATOR_VERSION,
             # price_preference is left out when off: the default world's meta.json stays as it was
@@ -174,16 +203,16 @@ def write_truth(data: SynthData, dest: Path) -> dict[str, Any]:
                 mode="json", exclude=None if cfg.price_preference else {"price_preference"}
             ),
             "config_digest": cfg.digest(),
-            "interest_pairs": "all" if w.user_ids.len() * w.item_ids.len() <= ALL_PAIRS_LIMIT else "observed",
+            "interest_pairs": "all" if pairs is None else "observed",
             "model": MODEL
-            | (CONTINUATION_MODEL if data.continuations else {})
+            | (CONTINUATION_MODEL if continuations else {})
             | (PRICE_MODEL if w.price_taste is not None else {}),
             "columns": {name: cols for name, cols in COLUMNS.items() if name in files},
-            "stats": data.stats,
+            "stats": logs.stats,
             "files": files,
         }
-        if data.continuations:
-            meta["continuations"] = data.continuations
+        if continuations:
+            meta["continuations"] = continuations
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(meta))
         publish_dir(tmp, dest, replace=True)
@@ -235,27 +264,55 @@ def read_centroids(frame: pl.DataFrame, dim: int, sizes: dict[str, int]) -> Cent
     return Centroids(**out)
 
 
-def _interest_pairs(data: SynthData) -> pl.DataFrame:
-    w = data.world
+def all_pairs(w: World) -> bool:
+    """Whether ``interest.parquet`` holds every user x item pair (else only the pairs in the logs)."""
+    return w.user_ids.len() * w.item_ids.len() <= ALL_PAIRS_LIMIT
+
+
+def observed_pairs(w: World, impressions: pl.DataFrame) -> np.ndarray:
+    """The distinct (user, item) pairs of ``impressions``, as user row * n_items + item row; [P] int64, sorted.
+
+    The logs can be read in parts: ``distinct(np.concatenate(parts))`` is the union."""
+    n_items = w.item_ids.len()
+    codes = (
+        impressions.select("user_id", "item_id")
+        .join(pl.DataFrame({"user_id": w.user_ids, "u": np.arange(w.user_ids.len())}), on="user_id")
+        .join(pl.DataFrame({"item_id": w.item_ids, "i": np.arange(n_items)}), on="item_id")
+        .select(pl.col("u") * n_items + pl.col("i"))
+    )
+    return distinct(codes.to_series().to_numpy())
+
+
+def distinct(codes: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``codes`` ([N] int64); polars' multithreaded unique, several times
+    faster than ``np.unique`` on millions of codes."""
+    return pl.Series(codes).unique().sort().to_numpy()
+
+
+#: Pairs per ``interest.parquet`` frame of a world with only observed pairs (bounds its memory).
+PAIRS_PER_FRAME = 1 << 22
+
+
+def _interest_pairs(w: World, pairs: np.ndarray | None) -> pl.DataFrame | Iterator[pl.DataFrame]:
+    """``interest.parquet``: every pair (``pairs`` None; one frame) or the ``pairs`` given (by user
+    row, then item row; in frames of ``PAIRS_PER_FRAME``)."""
     n_users, n_items = w.user_ids.len(), w.item_ids.len()
-    if n_users * n_items <= ALL_PAIRS_LIMIT:
+    if pairs is None:
         u = np.repeat(np.arange(n_users), n_items)
         i = np.tile(np.arange(n_items), n_users)
         scores = Truth.matrix(w.user_vectors, w.item_vectors)
         if w.price_taste is not None and w.price_position is not None:
             scores = scores + np.outer(w.price_taste, w.price_position)
-        scores = scores.ravel()
-    else:
-        idx = pl.DataFrame({"user_id": w.user_ids, "u": np.arange(n_users)})
-        pairs = (
-            data.impressions.select("user_id", "item_id")
-            .unique()
-            .join(idx, on="user_id")
-            .join(pl.DataFrame({"item_id": w.item_ids, "i": np.arange(n_items)}), on="item_id")
-            .sort("u", "i")
-        )
-        u, i = pairs["u"].to_numpy(), pairs["i"].to_numpy()
-        scores = w.interest(u, i)
+        return _interest_frame(w, u, i, scores.ravel())
+    return (_observed_frame(w, pairs[s : s + PAIRS_PER_FRAME]) for s in range(0, pairs.size, PAIRS_PER_FRAME))
+
+
+def _observed_frame(w: World, pairs: np.ndarray) -> pl.DataFrame:
+    u, i = np.divmod(pairs, w.item_ids.len())
+    return _interest_frame(w, u, i, w.interest(u, i))
+
+
+def _interest_frame(w: World, u: np.ndarray, i: np.ndarray, scores: np.ndarray) -> pl.DataFrame:
     return pl.DataFrame(
         {
             "user_id": w.user_ids.gather(u),
@@ -263,6 +320,40 @@ def _interest_pairs(data: SynthData) -> pl.DataFrame:
             "interest": scores.astype(np.float32),
         }
     )
+
+
+class FrameWriter:
+    """Frames of one schema appended to one zstd parquet file, so the file can outgrow memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.rows = path, 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, df: pl.DataFrame) -> None:
+        table = df.to_arrow(compat_level=pl.CompatLevel.oldest())  # large_string, as polars writes it
+        if self._writer is None:
+            # Dictionaries for the strings only: on floats they cost time and made the file larger.
+            strings = [c for c, t in df.schema.items() if t == pl.String]
+            self._writer = pq.ParquetWriter(
+                self.path, table.schema, compression="zstd", use_dictionary=strings
+            )
+        self._writer.write_table(table)
+        self.rows += df.height
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def write_frames(path: Path, frames: Iterable[pl.DataFrame]) -> int:
+    """Write ``frames`` (one schema) to one parquet file, one frame at a time; returns the rows."""
+    writer = FrameWriter(path)
+    try:
+        for df in frames:
+            writer.write(df)
+    finally:
+        writer.close()
+    return writer.rows
 
 
 def _readme(meta: dict[str, Any]) -> str:

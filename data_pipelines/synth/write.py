@@ -6,12 +6,12 @@ synthetic dataset is read exactly like an ingested shop log.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,17 @@ from data_pipelines.dataset import Dataset
 from data_pipelines.ingest import ingest
 from data_pipelines.synth.config import SynthConfig
 from data_pipelines.synth.drift import ContinueConfig, continue_world, load_state
-from data_pipelines.synth.generate import SynthData, generate, generate_logs
-from data_pipelines.synth.truth import write_truth
-from parpo_core.durable import atomic_write_with
+from data_pipelines.synth.generate import generate_logs, play, streams
+from data_pipelines.synth.truth import (
+    FrameWriter,
+    all_pairs,
+    distinct,
+    observed_pairs,
+    write_truth,
+    write_truth_parts,
+)
+from data_pipelines.synth.world import World, build_world
+from parpo_core.durable import atomic_write_with, temp_sibling
 from parpo_core.errors import DataError
 from parpo_core.limits import TS_FUTURE_SLACK, TS_MIN
 
@@ -56,6 +64,11 @@ def write(
     ``overwrite`` replaces an earlier synthetic dataset (one with ``truth/meta.json``).
     ``splits``: also write every applicable split with seed 0 and the default rule.
 
+    Each round's rows go to parquet files in a hidden staging folder beside ``out`` as the
+    round ends (removed when done, failed or not), then through the ingest, which reads them
+    in chunks: the generation's memory is bounded by one round, not by the log (the ingest's
+    pass 2 and the splits still grow with the rows). The rows are those of ``generate(config)``.
+
     The summary is the main dataset's ``summary.json`` plus ``uniform_test`` (its
     summary), ``truth`` (files and row counts) and ``synth`` (seed, config digest,
     statistics, splits note, seconds).
@@ -65,10 +78,62 @@ def write(
     _check_time_range(cfg, cfg.rounds)
     _claim(out, overwrite)
     started = time.perf_counter()
-    data = generate(cfg)
+    st = streams(cfg.seed)
+    world = build_world(cfg, st.users, st.items)
+    items, users = world.items_frame(), world.users_frame()
     note = f"data_pipelines.synth seed={cfg.seed} config_digest={cfg.digest()}"
-    synth = {"seed": cfg.seed, "config_digest": cfg.digest(), "stats": data.stats}
-    return _publish(out, data, data.items, data.users, data, note, synth, splits=splits, started=started)
+    with _staging(out) as stage:
+        sink = Staging(stage, world)
+        try:
+            logs = play(cfg, world, st, sink)
+        finally:
+            sink.close()
+        main, uniform = _ingest_logs(out, stage, items, users, items, users, note)
+        meta = write_truth_parts(
+            out / "truth", cfg, world, logs, sink.impressions.path, sink.observed_pairs()
+        )
+    synth = {"seed": cfg.seed, "config_digest": cfg.digest(), "stats": logs.stats}
+    return _finish(out, main, uniform, meta, synth, splits=splits, started=started)
+
+
+class Staging:
+    """A ``Sink`` (``generate.play``) that appends each round's frames to parquet files in ``folder``:
+    ``interactions.parquet``, ``uniform_test.parquet`` and the truth's ``impressions.parquet``; it
+    keeps the distinct (user, item) pairs shown when ``truth/`` stores only the observed ones."""
+
+    def __init__(self, folder: Path, world: World) -> None:
+        self.world = world
+        self.rows = {"main": FrameWriter(folder / "interactions.parquet")}
+        self.rows["uniform"] = FrameWriter(folder / "uniform_test.parquet")
+        self.impressions = FrameWriter(folder / "impressions.parquet")
+        self.pairs: list[np.ndarray] | None = None if all_pairs(world) else []
+
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+        self.rows[split].write(rows)
+        self.impressions.write(impressions)
+        if self.pairs is not None:
+            self.pairs.append(observed_pairs(self.world, impressions))
+
+    def observed_pairs(self) -> np.ndarray | None:
+        """``truth.observed_pairs`` of every impression added; None when ``truth/`` holds all pairs."""
+        return None if self.pairs is None else distinct(np.concatenate(self.pairs))
+
+    def close(self) -> None:
+        for w in (*self.rows.values(), self.impressions):
+            w.close()
+
+
+@contextlib.contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    """A hidden folder beside ``out`` (same filesystem: staged files move into ``out`` by rename),
+    removed on leaving, on success or failure."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = temp_sibling(out, ".staging")
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_continuation(
@@ -81,6 +146,7 @@ def write_continuation(
     ingest (id maps extended), ``uniform_test/`` is the uniform test after the new rounds, and
     ``truth/`` covers every user and item (written last). ``root`` is only read. Returns the
     summary as ``write`` does, with ``synth.continuation`` (the record also in truth/meta.json).
+    The continuation is built in memory (``continue_world``).
     """
     root, out = Path(root), Path(out)
     state = load_state(root)
@@ -101,46 +167,54 @@ def write_continuation(
     _copy_dataset(root, out)
     items = new.items.filter(~pl.col("item_id").is_in(old_items))  # the side rows this ingest adds
     users = new.users.filter(~pl.col("user_id").is_in(old_users))
+    with _staging(out) as stage:
+        new.interactions.write_parquet(stage / "interactions.parquet")
+        new.uniform.write_parquet(stage / "uniform_test.parquet")
+        main, uniform = _ingest_logs(out, stage, items, users, new.items, new.users, note)
+    meta = write_truth(whole, out / "truth")
     synth = {
         "seed": record["seed"],
         "config_digest": cfg.digest(),
         "stats": new.stats,
         "continuation": record,
     }
-    return _publish(out, new, items, users, whole, note, synth, splits=splits, started=started)
+    return _finish(out, main, uniform, meta, synth, splits=splits, started=started)
 
 
-def _publish(
+def _ingest_logs(
     out: Path,
-    new: SynthData,
+    stage: Path,
     items: pl.DataFrame,
     users: pl.DataFrame,
-    truth: SynthData,
+    all_items: pl.DataFrame,
+    all_users: pl.DataFrame,
     note: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Ingest ``stage/interactions.parquet`` (with the side rows ``items`` and ``users`` it adds) into
+    ``out`` and ``stage/uniform_test.parquet`` into ``out/uniform_test`` (with the side tables
+    ``all_items`` and ``all_users``, sharing ``out``'s id maps); returns both summaries."""
+    main = _ingest(stage / "interactions.parquet", out, items, users, note)
+    uniform = _ingest(
+        stage / "uniform_test.parquet", out / "uniform_test", all_items, all_users, note, share=Dataset(out)
+    )
+    return main, uniform
+
+
+def _finish(
+    out: Path,
+    main: dict[str, Any],
+    uniform: dict[str, Any],
+    truth: dict[str, Any],
     synth: dict[str, Any],
     *,
     splits: bool,
     started: float,
 ) -> dict[str, Any]:
-    """Ingest ``new``'s interactions (with the side rows ``items`` and ``users`` they add) into
-    ``out`` and its uniform test into ``out/uniform_test`` (sharing ``out``'s id maps), write
-    ``truth``'s ``truth/`` last, then the splits; returns the summary ``write`` and
-    ``write_continuation`` document (``synth`` completed with the splits note and the seconds)."""
-    with tempfile.TemporaryDirectory(prefix="parpo-synth-") as tmp:
-        main = _ingest(new.interactions, Path(tmp) / "interactions.parquet", out, items, users, note)
-        uniform = _ingest(
-            new.uniform,
-            Path(tmp) / "uniform_test.parquet",
-            out / "uniform_test",
-            new.items,
-            new.users,
-            note,
-            share=Dataset(out),
-        )
-    meta = write_truth(truth, out / "truth")
+    """Write the splits; returns the summary ``write`` and ``write_continuation`` document
+    (``synth`` completed with the splits note and the seconds)."""
     synth["splits"] = _splits(out) if splits else "not requested"
     synth["seconds"] = round(time.perf_counter() - started, 3)
-    return {**main, "uniform_test": uniform, "truth": meta["files"], "synth": synth}
+    return {**main, "uniform_test": uniform, "truth": truth["files"], "synth": synth}
 
 
 def _copy_dataset(src: Path, dest: Path) -> None:
@@ -180,7 +254,6 @@ def _claim(out: Path, overwrite: bool) -> None:
 
 
 def _ingest(
-    rows: pl.DataFrame,
     path: Path,
     out: Path,
     items: pl.DataFrame,
@@ -188,8 +261,7 @@ def _ingest(
     note: str,
     share: Dataset | None = None,
 ) -> dict[str, Any]:
-    """Ingest ``rows`` (written to ``path``) into ``out`` with the side tables ``items`` and ``users``."""
-    rows.write_parquet(path)
+    """Ingest the canonical rows in ``path`` into ``out`` with the side tables ``items`` and ``users``."""
     src = canonical.source(path)
     src.name = SOURCE
     src.items = items

@@ -6,6 +6,8 @@ pin down the properties later issues rely on.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import polars as pl
 import pytest
@@ -15,6 +17,7 @@ from pydantic import ValidationError
 from data_pipelines.schema import EVENTS
 from data_pipelines.synth import SynthConfig, generate, gini
 
+synth_generate = importlib.import_module("data_pipelines.synth.generate")  # `generate` is the function
 SMALL = SynthConfig(n_users=120, n_items=300, rounds=4)
 
 
@@ -41,6 +44,28 @@ def test_same_seed_gives_identical_frames_and_vectors():
     np.testing.assert_array_equal(a.user_vectors, b.user_vectors)
     np.testing.assert_array_equal(a.item_vectors, b.item_vectors)
     np.testing.assert_array_equal(a.conformity, b.conformity)
+
+
+def test_frames_do_not_depend_on_where_a_round_is_cut(monkeypatch):
+    """play hands each round to its sink in parts of SESSIONS_PER_FRAME sessions (a large world's
+    rounds do not fit in memory as one frame); the concatenated parts are the whole round's rows."""
+    whole = generate(SMALL)
+    sizes = []
+    monkeypatch.setattr(synth_generate, "SESSIONS_PER_FRAME", 7)  # 120 users: 18 parts per round
+    monkeypatch.setattr(synth_generate.Frames, "add", _counting(synth_generate.Frames.add, sizes))
+    cut = generate(SMALL)
+    assert len(sizes) == 18 * (SMALL.rounds + 1) and max(sizes) == 7 * SMALL.uniform_slate_size
+    for name, frame in _frames(whole).items():
+        assert frame.equals(_frames(cut)[name]), name
+    assert cut.stats == whole.stats
+
+
+def _counting(add, sizes):
+    def counted(self, split, rows, impressions):
+        sizes.append(impressions.height)
+        add(self, split, rows, impressions)
+
+    return counted
 
 
 def test_other_seed_gives_other_data():

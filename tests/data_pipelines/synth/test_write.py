@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
 
 import numpy as np
@@ -13,6 +15,7 @@ from data_pipelines.dataset import Dataset
 from data_pipelines.synth import SynthConfig, Truth, generate, true_interest, truth, write
 from parpo_core.errors import DataError
 
+synth_write = importlib.import_module("data_pipelines.synth.write")  # the module; `write` is the function
 CFG = SynthConfig(n_users=150, n_items=400, rounds=5, seed=7)
 
 
@@ -139,12 +142,20 @@ def test_same_seed_writes_the_same_dataset(tmp_path):
 
 def test_large_worlds_store_only_observed_pairs(tmp_path, monkeypatch):
     monkeypatch.setattr(truth, "ALL_PAIRS_LIMIT", 100)
+    monkeypatch.setattr(truth, "PAIRS_PER_FRAME", 64)  # several frames, as in a large world
     small = SynthConfig(n_users=20, n_items=40, rounds=2)
     out = tmp_path / "ds"
     write(small, out, splits=False)
     stored = pl.read_parquet(out / "truth" / "interest.parquet")
     imp = pl.read_parquet(out / "truth" / "impressions.parquet")
     assert stored.height == imp.select("user_id", "item_id").unique().height < 20 * 40
+    # By user, then item, each pair once; scored in one go, the same float32 values.
+    world = generate(small).world
+    u, i = world.user_ids.index_of, world.item_ids.index_of
+    rows = np.asarray([(u(a), i(b)) for a, b in stored.select("user_id", "item_id").iter_rows()])
+    assert (np.diff(rows[:, 0] * 40 + rows[:, 1]) > 0).all()
+    want = world.interest(rows[:, 0], rows[:, 1]).astype(np.float32)
+    np.testing.assert_array_equal(stored["interest"].to_numpy(), want)
     np.testing.assert_allclose(
         true_interest(out, stored["user_id"], stored["item_id"]),
         stored["interest"].to_numpy(),
@@ -159,3 +170,57 @@ def test_a_start_the_ingest_would_reject_is_refused_up_front(tmp_path):
     with pytest.raises(DataError, match="synth.start"):
         write(future, tmp_path / "ds")
     assert not (tmp_path / "ds").exists()
+
+
+def test_streamed_write_equals_ingesting_the_in_memory_frames(written, tmp_path):
+    """write streams each round to disk; the dataset is the one the whole-log frames of generate()
+    give through the same ingest, partition bytes included (so the fingerprints agree)."""
+    out, _ = written
+    data = generate(CFG)
+    ref = tmp_path / "ref"
+    data.interactions.write_parquet(tmp_path / "interactions.parquet")
+    data.uniform.write_parquet(tmp_path / "uniform_test.parquet")
+    synth_write._ingest_logs(ref, tmp_path, data.items, data.users, data.items, data.users, "ref")
+    for sub in ("", "uniform_test"):
+        got, want = Dataset(out / sub), Dataset(ref / sub)
+        assert got.fingerprint == want.fingerprint
+        assert got.interactions().collect().equals(want.interactions().collect())
+        assert got.items().equals(want.items()) and got.users().equals(want.users())
+    assert pl.read_parquet(out / "truth" / "impressions.parquet").equals(data.impressions)
+    truth.write_truth(data, tmp_path / "truth")
+    for f in ("interest", "items", "exposure", "user_vectors", "conformity", "centroids"):
+        assert pl.read_parquet(out / "truth" / f"{f}.parquet").equals(
+            pl.read_parquet(tmp_path / "truth" / f"{f}.parquet")
+        ), f
+    got_meta, want_meta = (json.loads((d / "truth" / "meta.json").read_text()) for d in (out, tmp_path))
+    assert got_meta == want_meta and got_meta["stats"] == data.stats
+    assert not [p.name for p in out.parent.iterdir() if p.name.startswith(".")]  # staging removed
+    # The rows the whole-log write gave before it streamed (sha256 of the CSV text, first 16 hex).
+    got = [
+        Dataset(out).interactions().collect(),
+        Dataset(out / "uniform_test").interactions().collect(),
+        pl.read_parquet(out / "truth" / "impressions.parquet"),
+    ]
+    digests = [hashlib.sha256(df.write_csv().encode()).hexdigest()[:16] for df in got]
+    assert digests == ["5ce7b1c960dc606c", "1ae9b251c1e3d9ae", "c782c699abb3239b"]
+
+
+def test_a_failed_write_leaves_no_staging_and_the_folder_claimable(tmp_path, monkeypatch):
+    small = SynthConfig(n_users=20, n_items=40, rounds=3)
+    out = tmp_path / "ds"
+    calls = []
+
+    def add_then_fail(self, split, rows, impressions):
+        calls.append(split)
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        original(self, split, rows, impressions)
+
+    original = synth_write.Staging.add
+    monkeypatch.setattr(synth_write.Staging, "add", add_then_fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        write(small, out, splits=False)
+    assert calls == ["main", "main"] and list(tmp_path.iterdir()) == []  # round 1 failed: nothing left
+    monkeypatch.setattr(synth_write.Staging, "add", original)
+    assert write(small, out, splits=False)["rows_in"] == generate(small).interactions.height
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
