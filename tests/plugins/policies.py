@@ -1,9 +1,11 @@
-"""Fast policy-training settings and a registry with two tiny trained policy versions."""
+"""Fast policy-training settings, a registry with two tiny trained policy versions, and a spy on
+a trainer's rollout collection."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -56,3 +58,17 @@ def serve_registry(tiny_synth, published_reward, tmp_path_factory) -> tuple[Path
         cfg = load(PolicyTrainConfig, "policy", "default", [*SERVE_FAST, f"runtime.seed={seed}", personal])
         names.append(train_and_publish(cfg, tiny_synth, reg, run_dir=root / f"run{seed}").version.name)
     return reg, names
+
+
+def record_drawn_tasks(monkeypatch: pytest.MonkeyPatch, trainer: ModuleType) -> list[list[str]]:
+    """Spy on ``trainer.collect`` (the module a trainer collects rollouts through): the task ids of
+    every batch it collects, in order, appended to the returned list."""
+    drawn: list[list[str]] = []
+    real = trainer.collect
+
+    def keep(policy, env, tasks, *a, **kw):
+        drawn.append([t.task_id for t in tasks])
+        return real(policy, env, tasks, *a, **kw)
+
+    monkeypatch.setattr(trainer, "collect", keep)
+    return drawn

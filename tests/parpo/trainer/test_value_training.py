@@ -129,15 +129,9 @@ def test_single_rollout_resumes_with_the_right_task_stream(source, tmp_path, mon
     left them: the resumed run draws the same tasks as the straight one."""
     import parpo.trainer.loop as loop
     from parpo.trainer.loop import LAST
+    from tests.plugins.policies import record_drawn_tasks
 
-    drawn: list[list[str]] = []
-    real_collect = loop.collect
-
-    def keep(policy, env, tasks, *a, **kw):
-        drawn.append([t.task_id for t in tasks])
-        return real_collect(policy, env, tasks, *a, **kw)
-
-    monkeypatch.setattr(loop, "collect", keep)
+    drawn = record_drawn_tasks(monkeypatch, loop)
     cfg = _config("sao", "train.updates=3", "train.order=single_rollout")
     straight = PolicyTrainer(cfg, source, tmp_path / "a").fit()
     straight_tasks, drawn[:] = list(drawn), []

@@ -68,15 +68,9 @@ def test_a_resumed_run_draws_the_same_tasks(tiny_llm, source, tmp_path, monkeypa
     """The checkpoint holds the generators as they were before the next batch, not as the thread
     left them; the batch in flight is generated again with the resumed weights (staleness 0)."""
     import parpo.policy.llm.trainer as trainer
+    from tests.plugins.policies import record_drawn_tasks
 
-    drawn: list[list[str]] = []
-    real = trainer.collect
-
-    def keep(policy, env, tasks, *a, **kw):
-        drawn.append([t.task_id for t in tasks])
-        return real(policy, env, tasks, *a, **kw)
-
-    monkeypatch.setattr(trainer, "collect", keep)
+    drawn = record_drawn_tasks(monkeypatch, trainer)
     straight = trainer.LLMTrainer(_cfg(tiny_llm), source, tmp_path / "a").fit()
     straight_tasks, drawn[:] = list(drawn), []
     trainer.LLMTrainer(_cfg(tiny_llm, "train.updates=1"), source, tmp_path / "b").fit()
