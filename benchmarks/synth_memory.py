@@ -1,5 +1,6 @@
-"""Peak memory of generating a synthetic world (issue 16's scale runs): in memory (``generate``:
-every frame of the log at once, then the files the old ``write`` staged from them: rows,
+"""Peak memory of generating a synthetic world (issue 16's scale runs): in memory (this code's
+``generate``: the per-round frames concatenated into the whole log, as the old ``write`` held it;
+not the old code itself; then the files the old ``write`` staged from them: rows,
 uniform test and truth impressions as parquet, and the observed interest pairs) next to
 streamed (``play`` into ``write``'s staging sink: the same files, appended as each round
 ends), on the same config, in the same run.

@@ -193,7 +193,7 @@ def write_truth_parts(
                 files[name] = {"rows": df.height}
             elif isinstance(df, Path):
                 shutil.move(df, tmp / name)
-                files[name] = {"rows": pq.ParquetFile(tmp / name).metadata.num_rows}
+                files[name] = {"rows": pq.read_metadata(tmp / name).num_rows}  # footer only, no handle kept
             else:
                 files[name] = {"rows": write_frames(tmp / name, df)}
         meta = {
