@@ -1,7 +1,11 @@
 """The frame every split protocol starts from: rows in order, positives, cold users.
 
 One ``Prepared`` per (dataset, seed, rule, algorithm) is shared by all protocols,
-so ``write_all`` reads the data and hashes the users once.
+so ``write_all`` reads the data and hashes the users once. The protocols see only the
+columns they decide on (``KEYS``); a part's other columns are read for the rows a part
+can hold (``Prepared.canonical``), so the log's text columns (sessions, requests,
+categories) are never held for every row: on logs where most rows are impressions, that
+was most of the splits' memory.
 
 The split algorithm says what ``temporal``, ``intervened`` and ``cold_users``'
 valid assign to parts: ``ROWS`` (1) assigns each positive row on its own, so the
@@ -15,10 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.schema import INTERACTIONS
+from data_pipelines.schema import INTERACTIONS, polars_schema
 from data_pipelines.splits.hashing import id_hash64, uniform
 from data_pipelines.splits.rule import PositivesRule
 from parpo_core.errors import DataError
@@ -37,6 +44,11 @@ COAT_RANDOM = "uniform_random"
 #: Row order within a user: ts (nulls last, as the ingest orders ``seq``), seq, input order.
 ORDER = ["user_id", "ts", "seq", "__row"]
 
+#: What the protocols read of every row (with ``__row`` and ``__pos``), and what some sources'
+#: ``native`` split reads besides.
+KEYS = ["user_id", "item_id", "ts", "seq"]
+NATIVE_KEYS = {"coat": ["logging_policy"], "obd": ["logging_policy", "request_id"]}
+
 ROWS, PAIRS = 1, 2
 #: The split algorithms (see the module docstring); new splits use ``ALGORITHM``.
 ALGORITHMS = (ROWS, PAIRS)
@@ -48,15 +60,19 @@ PAIR = ["user_id", "item_id"]
 class Prepared:
     """All interactions of one dataset, read once, plus what the protocols share.
 
-    ``rows``: every canonical row [N] with ``__row`` (input order, int) and
-    ``__pos`` (bool: a positive under ``rule``). ``algorithm``: ``ROWS`` or ``PAIRS``.
+    ``rows``: every row [N], in ORDER, with the ``KEYS`` columns (and the source's ``NATIVE_KEYS``),
+    ``__row`` (input order, int), ``__pos`` (bool: a positive under ``rule``), ``__uh``
+    (uint64 user hash under the seed; null for anonymous rows) and ``__cold`` (bool: a cold
+    user's row). ``held``: every canonical column of the rows a history part can hold
+    (positives, and all of the cold users' rows), with ``__row``. ``algorithm``: ``ROWS`` or
+    ``PAIRS``.
     """
 
-    source: str
-    fingerprint: str
+    dataset: Dataset
     seed: int
     rule: PositivesRule
     rows: pl.DataFrame
+    held: pl.DataFrame
     algorithm: int = ALGORITHM
 
     @classmethod
@@ -65,30 +81,55 @@ class Prepared:
     ) -> Prepared:
         check_algorithm(algorithm)
         rule = rule or PositivesRule()
+        keys = ["__row", *KEYS, *NATIVE_KEYS.get(dataset.source, []), "__pos"]
         rows = (
             dataset.interactions()
             .with_row_index("__row")
             .with_columns(rule.is_positive().fill_null(False).alias("__pos"))
+            .select(keys)
             .collect()
         )
-        return cls(dataset.source, dataset.fingerprint, seed, rule, rows, algorithm)
+        rows = rows.sort(ORDER, nulls_last=True)  # ``history`` is then ``rows`` without a copy
+        uh = id_hash64(rows.get_column("user_id"), seed)
+        cold = uniform(uh.fill_null(0).to_numpy(), "cold_users") < COLD_USER_FRACTION
+        rows = rows.with_columns(uh.alias("__uh"), (pl.Series(cold) & uh.is_not_null()).alias("__cold"))
+        keep = np.zeros(rows.height, dtype=bool)
+        keep[rows.filter(pl.col("__pos") | pl.col("__cold")).get_column("__row").to_numpy()] = True
+        return cls(dataset, seed, rule, rows, read_rows(dataset, keep), algorithm)
+
+    @property
+    def source(self) -> str:
+        return self.dataset.source
+
+    @property
+    def fingerprint(self) -> str:
+        return self.dataset.fingerprint
+
+    def canonical(self, part: pl.DataFrame) -> pl.DataFrame:
+        """The canonical rows of ``part`` (a protocol's frame, with ``__row``): every column of
+        ``COLUMNS``, in ORDER. Taken from ``held``; a part holding other rows (OBD's native
+        split keeps its impressions) reads them from the data."""
+        idx = part.select("__row")
+        if idx.join(self.held.select("__row"), on="__row", how="anti").height:
+            mask = np.zeros(self.rows.height, dtype=bool)
+            mask[idx.get_column("__row").to_numpy()] = True
+            rows = read_rows(self.dataset, mask)
+        else:
+            rows = self.held.join(idx, on="__row", how="semi")
+        return rows.sort(ORDER, nulls_last=True).select(COLUMNS)
 
     @cached_property
     def history(self) -> pl.DataFrame:
         """Rows with a user (anonymous rows dropped; Coat: self-selected rows only), in ORDER.
 
-        Adds ``__uh`` (uint64 user hash under the seed), ``__rank`` (0-based event
-        order within the user), ``__n`` (the user's events), ``__cold`` (bool).
+        Adds ``__rank`` (0-based event order within the user) and ``__n`` (the user's events).
         """
-        df = self.rows.filter(pl.col("user_id").is_not_null())
+        df = self.rows  # in ORDER, anonymous rows last
+        if df.get_column("user_id").null_count():
+            df = df.filter(pl.col("user_id").is_not_null())
         if self.source == "coat":
             df = df.filter(pl.col("logging_policy").fill_null("") != COAT_RANDOM)
-        df = df.sort(ORDER, nulls_last=True)
-        uh = id_hash64(df.get_column("user_id"), self.seed)
-        cold = uniform(uh.to_numpy(), "cold_users") < COLD_USER_FRACTION
         return df.with_columns(
-            uh.alias("__uh"),
-            pl.Series("__cold", cold),
             pl.int_range(pl.len(), dtype=pl.Int64).over("user_id").alias("__rank"),
             pl.len().over("user_id").cast(pl.Int64).alias("__n"),
         )
@@ -162,3 +203,24 @@ class Prepared:
 def check_algorithm(algorithm: int) -> None:
     if algorithm not in ALGORITHMS:
         raise DataError(f"unknown split algorithm {algorithm!r}; choose {ROWS} (rows) or {PAIRS} (pairs)")
+
+
+#: Rows per batch when ``read_rows`` walks the data.
+READ_BATCH = 1 << 16
+
+
+def read_rows(dataset: Dataset, mask: np.ndarray) -> pl.DataFrame:
+    """Every canonical column, and ``__row``, of the rows where ``mask`` ([N] bool, over the rows
+    in ``Dataset.interactions`` order) is true. Walks the partition files in batches, so the
+    memory it needs is what it keeps, not the data it reads."""
+    kept, offset = [], 0
+    for path in dataset.partition_paths():
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH, columns=COLUMNS):
+            take = np.flatnonzero(mask[offset : offset + batch.num_rows])
+            if take.size:
+                df = pl.from_arrow(batch.take(pa.array(take)))
+                kept.append(df.with_columns(pl.Series("__row", take + offset, dtype=pl.UInt32)))
+            offset += batch.num_rows
+    if not kept:
+        return pl.DataFrame(schema={**polars_schema(INTERACTIONS), "__row": pl.UInt32})
+    return pl.concat(kept)

@@ -149,7 +149,6 @@ def _native_coat(p: Prepared) -> dict[str, pl.DataFrame]:
     if test.is_empty():
         raise DataError("coat dataset has no 'uniform_random' rows: its native split has no test set")
     pool = rows.filter(~random)
-    pool = pool.with_columns(id_hash64(pool.get_column("user_id"), p.seed).alias("__uh"))
     pool = pool.with_columns((p.row_uniform(pool, "native/valid") < VALID_FRACTION).alias("__v"))
     return {"train": pool.filter(~pl.col("__v")), "valid": pool.filter("__v"), "test": test}
 

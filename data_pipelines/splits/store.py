@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from data_pipelines.dataset import Dataset
 from data_pipelines.schema import INTERACTIONS, SCHEMA_VERSION, polars_schema, to_arrow
-from data_pipelines.splits.prepare import ALGORITHM, COLUMNS, ORDER, ROWS, Prepared, check_algorithm
+from data_pipelines.splits.prepare import ALGORITHM, ROWS, Prepared, check_algorithm
 from data_pipelines.splits.registry import SPLITS, applicable_for
 from data_pipelines.splits.rule import PositivesRule
 from parpo_core.durable import atomic_write_json, publish_dir, temp_sibling
@@ -95,7 +95,7 @@ def compute_split(
     if (p.seed, p.rule.rule_hash(), p.fingerprint, p.algorithm) != want:
         raise ValueError("prepared data is for another seed, rule, dataset or algorithm")
     raw = SPLITS[name](p)
-    parts = {k: raw[k].sort(ORDER, nulls_last=True).select(COLUMNS) for k in PARTS if k in raw}
+    parts = {k: p.canonical(raw[k]) for k in PARTS if k in raw}
     meta = {
         "format_version": FORMAT_VERSION,
         "name": name,

@@ -111,7 +111,8 @@ def test_no_pair_crosses_parts_and_every_warm_positive_has_one_part(repeats, nam
     warm_parts = [pairs.train, pairs.valid] + ([] if name == "cold_users" else [pairs.test])
     held = set().union(*map(keys, warm_parts))
     assert len(held) == sum(part.height for part in warm_parts)  # no row twice
-    warm = Prepared.of(repeats, algorithm=2).warm_positives
+    p = Prepared.of(repeats, algorithm=2)
+    warm = p.canonical(p.warm_positives)  # the protocols' frames carry only the key columns
     # Every pair is held whole (intervened drops its undrawn pairs whole; the others drop none).
     kept = warm.join(pl.concat(warm_parts).select(PAIR), on=PAIR, how="semi")
     assert keys(kept) == held

@@ -25,6 +25,18 @@ def ordered(ds) -> pl.DataFrame:
     )
 
 
+def test_prepared_keeps_key_columns_of_every_row_and_all_columns_of_held_rows_only(long_tail, prepared):
+    assert set(prepared.rows.columns) == {"__row", "user_id", "item_id", "ts", "seq", "__pos", "__uh", "__cold"}
+    held = prepared.rows.filter(pl.col("__pos") | pl.col("__cold"))
+    assert 0 < prepared.held.height == held.height < prepared.rows.height  # warm users' non-positives stay out
+    assert set(prepared.held.get_column("__row")) == set(held.get_column("__row"))
+    # A part's canonical rows are the dataset's own rows, every column, in ORDER.
+    data = long_tail.interactions().with_row_index("__row").collect()
+    want = data.join(prepared.warm_positives.select("__row"), on="__row", how="semi")
+    want = want.sort(["user_id", "ts", "seq", "__row"]).drop("__row")
+    assert prepared.canonical(prepared.warm_positives).equals(want)
+
+
 @pytest.mark.parametrize("name", HISTORY_SPLITS)
 def test_no_row_in_two_parts_and_schema(long_tail, prepared, name):
     s = compute_split(long_tail, name, prepared=prepared)
@@ -169,7 +181,7 @@ def test_cold_users_split(long_tail, prepared):
     assert valid_users.is_unique().all()  # one row per validation user
     # ~10% of 270 warm users: Binomial mean 27, sd 4.9.
     assert 8 <= valid_users.len() <= 50
-    last = prepared.warm_units.filter(pl.col("__prank") == pl.col("__np") - 1)
+    last = prepared.canonical(prepared.warm_units.filter(pl.col("__prank") == pl.col("__np") - 1))
     assert keys(s.valid) <= keys(last)
     assert s.train.height + s.valid.height == prepared.warm_positives.height
 
