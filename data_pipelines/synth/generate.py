@@ -144,9 +144,12 @@ def _show(
 
 
 class Sink(Protocol):
-    """Where ``play`` puts the frames of each round as the round ends."""
+    """Where ``play`` puts the frames of each round as the round ends. ``wants_impressions``:
+    whether ``add`` gets the truth's impression frames (None otherwise, and none are built)."""
 
-    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+    wants_impressions: bool
+
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame | None) -> None:
         """``split``: 'main' (the logs) or 'uniform' (the uniform test); ``rows``: canonical
         interaction rows of consecutive sessions of one round, in log order; ``impressions``:
         their ``impressions_frame``."""
@@ -170,8 +173,11 @@ def play(
     rounds: range | None = None,
     exposure: np.ndarray | None = None,
     clicks: np.ndarray | None = None,
+    *,
+    uniform: bool = True,
 ) -> Logs:
-    """The main logs, then the uniform test, into ``sink`` one round at a time.
+    """The main logs, then the uniform test (unless ``uniform`` is false: ``stats`` then has no
+    uniform keys), into ``sink`` one round at a time.
 
     ``rounds`` (default ``range(cfg.rounds)``) of popularity-driven slates, starting from
     impressions ``exposure`` and ``clicks`` per item ([I] int64; default none); the uniform test
@@ -199,17 +205,19 @@ def play(
         impressions, clicked = impressions + shown.user.size, clicked + int(shown.responses.click.sum())
         _emit(cfg, world, shown, sink, "main", f"-r{r:0{width}d}")
         del shown  # the round's draws are not kept into the next round or the uniform test
-    uni = simulate_uniform(cfg, world, st, exposure, rounds.stop)
-    _emit(cfg, world, uni, sink, "uniform", "-test")
     before = {k: np.stack(v) for k, v in record.items()}
     after = np.vstack([before["exposure_before"][1:], exposure[None]])  # [rounds, n_items]
-    stats = {
+    stats: dict[str, Any] = {
         "exposure_gini_by_round": [round(gini(c), 4) for c in after],
         "click_rate": round(clicked / impressions, 4),
-        "uniform_click_rate": round(float(uni.responses.click.mean()), 4),
-        "impressions": impressions,
-        "uniform_impressions": int(uni.user.size),
     }
+    if uniform:
+        uni = simulate_uniform(cfg, world, st, exposure, rounds.stop)
+        _emit(cfg, world, uni, sink, "uniform", "-test")
+        stats["uniform_click_rate"] = round(float(uni.responses.click.mean()), 4)
+    stats["impressions"] = impressions
+    if uniform:
+        stats["uniform_impressions"] = int(uni.user.size)
     frame = pl.DataFrame(
         {
             "round": np.repeat(np.asarray(rounds, dtype=np.int64), n_items),
@@ -236,7 +244,7 @@ def _emit(cfg: SynthConfig, world: World, shown: Shown, sink: Sink, split: str, 
         sink.add(
             split,
             canonical_rows(cfg, world, part, session, uniform=uniform),
-            impressions_frame(world, part, split),
+            impressions_frame(world, part, split) if sink.wants_impressions else None,
         )
 
 
@@ -324,15 +332,18 @@ def impressions_frame(world: World, shown: Shown, split: str) -> pl.DataFrame:
 
 
 class Frames:
-    """A ``Sink`` that keeps every frame in memory: ``data`` concatenates them into a ``SynthData``."""
+    """A ``Sink`` that keeps every frame in memory: ``data`` concatenates them into a ``SynthData``
+    (``impressions`` false: only the rows are kept, for ``generate_logs``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, impressions: bool = True) -> None:
+        self.wants_impressions = impressions
         self.rows: dict[str, list[pl.DataFrame]] = {"main": [], "uniform": []}
         self.impressions: list[pl.DataFrame] = []
 
-    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame | None) -> None:
         self.rows[split].append(rows)
-        self.impressions.append(impressions)
+        if impressions is not None:
+            self.impressions.append(impressions)
 
     def data(self, cfg: SynthConfig, world: World, logs: Logs) -> SynthData:
         return SynthData(
@@ -360,21 +371,11 @@ def generate(config: SynthConfig | None = None) -> SynthData:
     return frames.data(cfg, world, play(cfg, world, st, frames))
 
 
-class _MainRows:
-    """A ``Sink`` that keeps only the main logs' canonical rows."""
-
-    def __init__(self) -> None:
-        self.rows: list[pl.DataFrame] = []
-
-    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
-        if split == "main":
-            self.rows.append(rows)
-
-
 def generate_logs(config: SynthConfig) -> pl.DataFrame:
-    """Only the main logs as canonical rows (no truth frames kept): the path for CSV."""
+    """Only the main logs as canonical rows, the same as ``generate``'s (neither the truth's
+    frames nor the uniform test are built): the path for CSV."""
     st = streams(config.seed)
     world = build_world(config, st.users, st.items)
-    sink = _MainRows()
-    play(config, world, st, sink)
-    return pl.concat(sink.rows)
+    frames = Frames(impressions=False)
+    play(config, world, st, frames, uniform=False)
+    return pl.concat(frames.rows["main"])

@@ -101,6 +101,8 @@ class Staging:
     ``interactions.parquet``, ``uniform_test.parquet`` and the truth's ``impressions.parquet``; it
     keeps the distinct (user, item) pairs shown when ``truth/`` stores only the observed ones."""
 
+    wants_impressions = True
+
     def __init__(self, folder: Path, world: World) -> None:
         self.world = world
         self.rows = {"main": FrameWriter(folder / "interactions.parquet")}

@@ -26,9 +26,20 @@ def ordered(ds) -> pl.DataFrame:
 
 
 def test_prepared_keeps_key_columns_of_every_row_and_all_columns_of_held_rows_only(long_tail, prepared):
-    assert set(prepared.rows.columns) == {"__row", "user_id", "item_id", "ts", "seq", "__pos", "__uh", "__cold"}
+    assert set(prepared.rows.columns) == {
+        "__row",
+        "user_id",
+        "item_id",
+        "ts",
+        "seq",
+        "__pos",
+        "__uh",
+        "__cold",
+    }
     held = prepared.rows.filter(pl.col("__pos") | pl.col("__cold"))
-    assert 0 < prepared.held.height == held.height < prepared.rows.height  # warm users' non-positives stay out
+    assert (
+        0 < prepared.held.height == held.height < prepared.rows.height
+    )  # warm users' non-positives stay out
     assert set(prepared.held.get_column("__row")) == set(held.get_column("__row"))
     # A part's canonical rows are the dataset's own rows, every column, in ORDER.
     data = long_tail.interactions().with_row_index("__row").collect()

@@ -60,6 +60,17 @@ def test_frames_do_not_depend_on_where_a_round_is_cut(monkeypatch):
     assert cut.stats == whole.stats
 
 
+def test_generate_logs_is_the_main_log_without_building_the_truth_or_the_uniform_test(monkeypatch):
+    whole = generate(SMALL)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the CSV path built a frame it does not write")
+
+    monkeypatch.setattr(synth_generate, "impressions_frame", refuse)
+    monkeypatch.setattr(synth_generate, "simulate_uniform", refuse)
+    assert_frame_equal(synth_generate.generate_logs(SMALL), whole.interactions)
+
+
 def _counting(add, sizes):
     def counted(self, split, rows, impressions):
         sizes.append(impressions.height)
