@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,22 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@dataclass
+class _Run:
+    """What one ``fit`` carries from update to update."""
+
+    policy: LLMPolicy
+    params: torch.nn.Module
+    optimizers: Sequence[torch.optim.Optimizer]
+    anchors: AnchorStore
+    rollouts: SyncRollouts | RolloutQueue
+    state: dict[str, Any]  # generators, update count, memory clock: what a checkpoint resumes
+    memory: Any
+    head: dict[str, Any]  # the checkpoint header
+    history: list[dict[str, float]]
+    logs: Path
+
+
 class LLMTrainer:
     """``LLMTrainer(cfg, source, run_dir).fit()``: the LLM counterpart of ``PolicyTrainer``."""
 
@@ -347,11 +364,10 @@ class LLMTrainer:
         t = cfg.train
         step = step_progress("llm policy updates", t.updates, state["update"]) if t.progress_bar else None
         rollouts = _rollouts(policy, env, tasks, src.reward_model.user_index, t, state)
+        run = _Run(policy, params, optimizers, anchors, rollouts, state, memory, head, history, logs)
         try:
             for _ in range(state["update"], t.updates):
-                self._one_update(
-                    policy, params, optimizers, anchors, rollouts, state, memory, head, history, logs
-                )
+                self._one_update(run)
                 metrics = history[-1]
                 if step is not None:
                     step(f"pref {metrics.get('reward/preference/mean', 0):.3f}  valid calls "
@@ -366,12 +382,12 @@ class LLMTrainer:
         params.eval()
         return TrainResult(policy, anchors, logs, history)  # type: ignore[arg-type]
 
-    def _one_update(self, policy: LLMPolicy, params: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer],
-                    anchors: AnchorStore, rollouts: SyncRollouts | RolloutQueue, state: dict[str, Any], memory: Any,
-                    head: dict[str, Any], history: list[dict[str, float]], logs: Path) -> None:  # fmt: skip
+    def _one_update(self, run: _Run) -> None:
         """Episodes -> advantages -> actor (and critic) epochs -> engine sync -> anchors -> memory
-        write-back -> metrics (appended to ``history`` and ``logs``) -> checkpoint."""
+        write-back -> metrics (appended to ``run.history`` and ``run.logs``) -> checkpoint."""
         cfg, t = self.cfg, self.cfg.train
+        policy, params, optimizers, anchors = run.policy, run.params, run.optimizers, run.anchors
+        rollouts, state, memory = run.rollouts, run.state, run.memory
         update = state["update"] + 1
         batch_in = rollouts.next(state["update"])
         eps, perm_gen = batch_in.roll, state["perm_gen"]
@@ -417,21 +433,21 @@ class LLMTrainer:
         if t.order == "single_rollout":
             metrics["queue/staleness"] = state["update"] - batch_in.version
             metrics["queue/wait_s"] = batch_in.wait_s
-        history.append({k: float(v) for k, v in metrics.items()})
-        write_csv(history, logs)
+        run.history.append({k: float(v) for k, v in metrics.items()})
+        write_csv(run.history, run.logs)
         state["update"] = update
         rollouts.publish(update, policy.model)
-        self._checkpoint(params, optimizers, anchors, rollouts.checkpoint_state(state), memory, head)
+        self._checkpoint(run, rollouts.checkpoint_state(state))
 
-    def _checkpoint(self, params: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer],
-                    anchors: AnchorStore, state: dict[str, Any], memory: Any, head: dict[str, Any]) -> None:  # fmt: skip
+    def _checkpoint(self, run: _Run, state: dict[str, Any]) -> None:
         """``last.ckpt`` and its memory after every update; ``update-<N>.ckpt`` and its memory
-        every ``train.checkpoint_every`` updates (the native trainer's files)."""
+        every ``train.checkpoint_every`` updates (the native trainer's files). ``state``: the
+        run's, as the rollouts checkpoint it."""
         every = self.cfg.train.checkpoint_every
         kept = [self.run / LAST] + (
             [numbered(self.run, state["update"])] if every and state["update"] % every == 0 else []
         )
         for path in kept:
-            save_llm_checkpoint(path, params, optimizers, anchors, state, head)
-            if memory is not None:
-                save_memory(memory, memory_dir(path))
+            save_llm_checkpoint(path, run.params, run.optimizers, run.anchors, state, run.head)
+            if run.memory is not None:
+                save_memory(run.memory, memory_dir(path))
