@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,35 +35,52 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
-def one(contender: str, a: argparse.Namespace) -> dict[str, float]:
-    """One timed pass of ``contender`` (``values`` or ``scores``) in this process."""
-    from types import SimpleNamespace
-
+def smollm2_shaped(a: argparse.Namespace) -> Any:
+    """A randomly initialised Llama of SmolLM2-135M's shape (``a.layers`` layers, ``a.vocab``
+    tokens), after seeding torch and setting ``a.threads`` threads."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from parpo.policy.llm.trainer import behaviour_scores, behaviour_values
-    from parpo.policy.llm.value import value_head
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=576, intermediate_size=1536, num_hidden_layers=a.layers,
                       num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
                       tie_word_embeddings=True)  # fmt: skip
-    model = LlamaForCausalLM(cfg).eval()
-    policy = SimpleNamespace(model=model, value_head=value_head(576), device=torch.device("cpu"), temperature=1.0,
-                             allowed_masks=lambda *x: None)  # fmt: skip
+    return LlamaForCausalLM(cfg)
+
+
+def episode_batch(a: argparse.Namespace) -> dict[str, Any]:
+    """``pad_batch``'s fields for ``a.episodes`` episodes of ``a.tokens`` random tokens, ``a.generated``
+    of them generated in three turns, each followed by a tool result."""
+    import torch
+
     e, n, g = a.episodes, a.tokens, a.generated
     mask = torch.zeros((e, n), dtype=torch.bool)
-    for turn in range(3):  # three calls, each followed by a tool result
+    for turn in range(3):
         start = n // 4 * (turn + 1) - g // 3
         mask[:, start : start + g // 3] = True
-    batch = {
+    return {
         "ids": torch.randint(a.vocab, (e, n)),
         "attention": torch.ones((e, n), dtype=torch.int64),
         "mask": mask,
         "rollout_logp": torch.zeros((e, n)),
     }
+
+
+def one(contender: str, a: argparse.Namespace) -> dict[str, float]:
+    """One timed pass of ``contender`` (``values`` or ``scores``) in this process."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from parpo.policy.llm.trainer import behaviour_scores, behaviour_values
+    from parpo.policy.llm.value import value_head
+
+    model = smollm2_shaped(a).eval()
+    policy = SimpleNamespace(model=model, value_head=value_head(576), device=torch.device("cpu"), temperature=1.0,
+                             allowed_masks=lambda *x: None)  # fmt: skip
+    batch = episode_batch(a)
+    mask = batch["mask"]
     t0 = time.perf_counter()
     if contender == "values":
         behaviour_values(policy, batch, a.micro_batch, mask)

@@ -45,14 +45,19 @@ def token_logprobs(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, tem
     return logp, ent
 
 
-def forward(model: Any, ids: Tensor, attention: Tensor, hidden: bool = False, logits: bool = True) -> Any:
+def forward(model: Any, ids: Tensor, attention: Tensor, hidden: bool = False, keep: int | Tensor = 0) -> Any:
     """The model's output on right-padded ``ids`` with positions counting attended tokens only;
-    ``hidden``: with the hidden states (the value head reads the last); ``logits`` False: the
-    vocabulary projection of the last position only (``logits_to_keep``), for a value-only pass."""
+    ``hidden``: with the hidden states (the value head reads the last); ``keep``: the positions
+    projected onto the vocabulary (``logits_to_keep``: 0 all, an int the last ones, a 1-D tensor
+    those positions of every row; the projection of every position of a long episode costs as
+    much as a third of the model's forward)."""
     pos = (attention.cumsum(-1) - 1).clamp(min=0)
-    keep = {} if logits else {"logits_to_keep": 1}
     return model(
-        input_ids=ids, attention_mask=attention, position_ids=pos, output_hidden_states=hidden, **keep
+        input_ids=ids,
+        attention_mask=attention,
+        position_ids=pos,
+        output_hidden_states=hidden,
+        logits_to_keep=keep,
     )
 
 
@@ -64,9 +69,10 @@ def token_scores(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, tempe
     elsewhere), all from one forward pass; the values are None without a head."""
     from parpo.policy.llm.value import token_values
 
-    out = forward(model, ids, attention, hidden=value_head is not None)
-    sel = mask[:, 1:]
-    logits = out.logits[:, :-1][sel].float() / temperature  # [N, V]
+    sel = mask[:, 1:]  # the logits at position j score token j + 1
+    keep = sel.any(0).nonzero().squeeze(-1)  # [K] positions some row scores; the prompts' are not projected
+    out = forward(model, ids, attention, hidden=value_head is not None, keep=keep)
+    logits = out.logits[sel[:, keep]].float() / temperature  # [N, V], in the row-major order of sel
     if allowed is not None:
         logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
     lp = torch.log_softmax(logits, dim=-1)

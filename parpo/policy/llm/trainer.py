@@ -109,7 +109,7 @@ def head_values(policy: LLMPolicy, x: dict[str, Tensor], value_mask: Tensor) -> 
     (``_rows``): a forward without the vocabulary (no projection, log-softmax or constraint replay); the head
     reads a detached state, so its graph (if any) never reaches the model."""
     with torch.no_grad():
-        hidden = forward(policy.model, x["ids"], x["attention"], hidden=True, logits=False).hidden_states[-1]
+        hidden = forward(policy.model, x["ids"], x["attention"], hidden=True, keep=1).hidden_states[-1]
     return token_values(policy.value_head, hidden, value_mask)
 
 
