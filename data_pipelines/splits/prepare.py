@@ -219,8 +219,8 @@ def read_rows(dataset: Dataset, mask: np.ndarray) -> pl.DataFrame:
             take = np.flatnonzero(mask[offset : offset + batch.num_rows])
             if take.size:
                 df = pl.from_arrow(batch.take(pa.array(take)))
-                kept.append(df.with_columns(pl.Series("__row", take + offset, dtype=pl.UInt32)))
+                kept.append(df.with_columns(pl.Series("__row", take + offset, dtype=pl.get_index_type())))
             offset += batch.num_rows
     if not kept:
-        return pl.DataFrame(schema={**polars_schema(INTERACTIONS), "__row": pl.UInt32})
+        return pl.DataFrame(schema={**polars_schema(INTERACTIONS), "__row": pl.get_index_type()})
     return pl.concat(kept)
