@@ -159,9 +159,9 @@ def one_run(
         if isinstance(v, float | int)
     }
     if half is not None:  # MostPop on the same report half (no training: a reference line per run)
-        from reward_models.evaluate import mostpop_scorer, report_half_metrics
+        from reward_models.evaluate import mostpop_pairs, report_half_metrics
 
-        pop = report_half_metrics(mostpop_scorer(data.popularity), data, half)
+        pop = report_half_metrics(mostpop_pairs(data.popularity), data, half)
         flat |= {f"mostpop.report_half.{k}": pop[k] for k in ("ndcg@5", "ndcg@10")}
     return {
         "bench": "reward_quality",

@@ -149,7 +149,7 @@ def measure(
         "popularity_spearman": round(mean_user_spearman(s, logpop)[0], 4),
         "conformity_spearman": round(mean_user_spearman(s, t.conformity)[0], 4),
     }
-    u = uniform_metrics(vec.scorer(branch), data, uniform)
+    u = uniform_metrics(vec.pair_scorer(branch), data, uniform)
     row |= {k: round(v, 4) for k, v in u.items() if k in ("uniform.ndcg@10", "uniform.recall@10")}
     return row
 

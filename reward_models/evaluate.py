@@ -15,6 +15,10 @@ Sections of the result (they become ``metrics.json`` at publish):
   click ranking of the *report* half of its users (``reward_models.selection``): the half model
   selection never reads; MostPop's beside it in ``baselines``.
 - ``baselines.mostpop``: the same harness with score = train popularity.
+
+Full-sort sections score every item (``Scorer``); the uniform-exposure sections rank only each
+user's exposed items, so they score only those pairs (``PairScorer``): the cost follows the
+uniform set's size, not users x items.
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from data_pipelines.metrics import (
     ranking_metrics,
     sample_items_per_user,
     synthetic_spearman,
-    topk_from_scores,
 )
 from reward_models.data import RewardData, index_pairs
 
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # user indices [b] -> scores [b, n_items]
 PairScorer = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (user [P], item [P]) -> scores [P]
+PAIRS_PER_CHUNK = 1 << 16  # pairs scored at once by ``Vectors.pair_scorer`` (a [chunk, d] gather)
 UNIFORM_KS = (5, 10)  # 5: Coat's protocol (its random test is small); 10: the synthetic targets
 UNIFORM_METRICS = tuple(f"{m}@{k}" for k in UNIFORM_KS for m in ("ndcg", "recall", "hit", "mrr"))
 
@@ -80,6 +84,22 @@ class Vectors:
         out = sum(torch.einsum("ud,und->un", self.user[b][u], self.item[b][i]) for b in self._names(branch))
         return out.numpy()  # type: ignore[union-attr]
 
+    def pair_scorer(self, branch: str = "click") -> PairScorer:
+        """Scores of (user [P], item [P]) pairs, ``PAIRS_PER_CHUNK`` at a time (bounded temporaries)."""
+        uu = torch.cat([self.user[b] for b in self._names(branch)], dim=1)
+        ii = torch.cat([self.item[b] for b in self._names(branch)], dim=1)
+
+        def score(users: np.ndarray, items: np.ndarray) -> np.ndarray:
+            u = torch.from_numpy(np.asarray(users, dtype=np.int64))
+            i = torch.from_numpy(np.asarray(items, dtype=np.int64))
+            out = torch.empty(u.numel(), dtype=uu.dtype)
+            for s in range(0, u.numel(), PAIRS_PER_CHUNK):
+                c = slice(s, s + PAIRS_PER_CHUNK)
+                out[c] = (uu[u[c]] * ii[i[c]]).sum(1)
+            return out.numpy()
+
+        return score
+
     def scorer(self, branch: str = "click") -> Scorer:
         uu = torch.cat([self.user[b] for b in self._names(branch)], dim=1)
         ii = torch.cat([self.item[b] for b in self._names(branch)], dim=1)
@@ -96,20 +116,27 @@ def mostpop_scorer(popularity: np.ndarray) -> Scorer:
     return lambda users: np.broadcast_to(pop, (len(users), pop.size))
 
 
+def mostpop_pairs(popularity: np.ndarray) -> PairScorer:
+    """``mostpop_scorer`` for pairs: an item's train popularity whoever the user."""
+    pop = np.asarray(popularity, dtype=np.float32)
+    return lambda users, items: pop[items]
+
+
 def union(a: Csr, b: Csr) -> Csr:
     rows = np.concatenate([a.row_ids(), b.row_ids()])
     return csr_from_pairs(rows, np.concatenate([a.indices, b.indices]), a.n_rows)
 
 
 def ranking(
-    scorer: Scorer,
+    scorer: Scorer | np.ndarray,
     data: RewardData,
     part: str,
     ks: Sequence[int],
     batch_users: int = 1024,
     bias: bool = False,
 ) -> dict[str, float]:
-    """Full-sort metrics on ``part`` (valid: train masked; test: train + valid masked)."""
+    """Full-sort metrics on ``part`` (valid: train masked; test: train + valid masked); ``scorer``
+    may be one [n_items] array every user shares (``full_sort_topk``)."""
     truth = data.valid if part == "valid" else data.test
     exclude = data.train if part == "valid" else union(data.train, data.valid)
     users = np.flatnonzero(truth.lengths() > 0)
@@ -210,13 +237,13 @@ def uniform_sets(data: RewardData, uniform: Dataset) -> tuple[Csr, Csr]:
 def candidates_topk(
     pair_scorer: PairScorer, candidates: Csr, users: np.ndarray, k: int, pad: int
 ) -> np.ndarray:
-    """Top-k [U, k] of each user's ``candidates`` by ``pair_scorer``, best first, scoring only
-    those pairs; rows with fewer than k candidates are filled with ``pad`` (an index that is no
-    item, so never a positive)."""
+    """Top-k [U, k] of each user's ``candidates`` by ``pair_scorer``, best first (ties: the lower
+    item index, as ``topk_from_scores``; NaN ranks last), scoring only those pairs; rows with
+    fewer than k candidates are filled with ``pad`` (an index that is no item, so never a positive)."""
     c = csr_rows(candidates, users)
     row = c.row_ids()
     s = np.asarray(pair_scorer(users[row], c.indices), dtype=np.float64)
-    order = np.lexsort((-s, row))  # by row, then best first
+    order = np.lexsort((-s, row))  # by row, then best first; stable, so ties keep the item order
     pos = np.arange(order.size) - c.indptr[row[order]]
     keep = pos < k
     out = np.full((users.size, k), pad, dtype=np.int64)
@@ -225,32 +252,18 @@ def candidates_topk(
 
 
 def users_ranking(
-    scorer: Scorer | None,
+    pair_scorer: PairScorer,
     data: RewardData,
     truth: Csr,
     candidates: Csr,
     users: np.ndarray,
     prefix: str,
-    pair_scorer: PairScorer | None = None,
 ) -> dict[str, float]:
     """Metrics@5 and @10 of ``users`` [U]: only their ``candidates`` (exposed items) compete, the
-    positives among them are ``truth`` (Csr with n_users rows each). ``pair_scorer`` (instead of
-    ``scorer``): score only the candidate pairs, not every item (selection during training)."""
+    positives among them are ``truth`` (Csr with n_users rows each)."""
     if users.size == 0:
         return {}
-    k = max(UNIFORM_KS)
-    if pair_scorer is not None:
-        topk = candidates_topk(pair_scorer, candidates, users, k, data.n_items)
-    else:
-        topk = np.empty((users.size, k), dtype=np.int64)
-        for s in range(0, users.size, 1024):
-            b = users[s : s + 1024]
-            c = csr_rows(candidates, b)
-            full = np.asarray(scorer(b), dtype=np.float64)
-            masked = np.full(full.shape, -np.inf)  # only the exposed items compete
-            r = c.row_ids()
-            masked[r, c.indices] = full[r, c.indices]
-            topk[s : s + b.size] = topk_from_scores(masked, k, None)
+    topk = candidates_topk(pair_scorer, candidates, users, max(UNIFORM_KS), data.n_items)
     per_user = per_user_ranking_metrics(topk, csr_rows(truth, users), ks=UNIFORM_KS)
     out = {f"{prefix}.{m}": float(np.nanmean(per_user[m])) for m in UNIFORM_METRICS}
     out[f"{prefix}.n_users"] = float(users.size)
@@ -258,25 +271,25 @@ def users_ranking(
 
 
 def uniform_metrics(
-    scorer: Scorer, data: RewardData, uniform: Dataset, prefix: str = "uniform"
+    pair_scorer: PairScorer, data: RewardData, uniform: Dataset, prefix: str = "uniform"
 ) -> dict[str, float]:
-    """Each warm user's uniformly exposed items ranked by ``scorer``; metrics@10 against the positives."""
+    """Each warm user's uniformly exposed items ranked by ``pair_scorer``; metrics@10 against the positives."""
     truth, cand = uniform_sets(data, uniform)
     users = np.flatnonzero((truth.lengths() > 0) & data.seen_users())
-    return users_ranking(scorer, data, truth, cand, users, prefix)
+    return users_ranking(pair_scorer, data, truth, cand, users, prefix)
 
 
 def synthetic_metrics(
-    vec: Vectors | None, data: RewardData, scorer: Scorer, n: int = 200, seed: int = 0
+    vec: Vectors | None, data: RewardData, pair_scorer: PairScorer, n: int = 200, seed: int = 0
 ) -> dict[str, float]:
     """Truth Spearman (when ``vec`` is given) and uniform-exposure ranking; {} for other data."""
     out = truth_spearman(vec, data, n, seed) if vec is not None else {}
     uniform = Path(data.root) / "uniform_test"
     if (uniform / "manifest.json").is_file():
         ds = Dataset(uniform)
-        out |= uniform_metrics(scorer, data, ds, prefix="uniform")
+        out |= uniform_metrics(pair_scorer, data, ds, prefix="uniform")
         if vec is not None and vec.disentangled:
-            out |= uniform_metrics(vec.scorer("interest"), data, ds, prefix="uniform_interest")
+            out |= uniform_metrics(vec.pair_scorer("interest"), data, ds, prefix="uniform_interest")
     return out
 
 
@@ -300,27 +313,29 @@ def evaluate(
         "test": ranking(click, data, "test", ks, batch_users, bias=True),
         "diagnostics": diagnostics(vec, data, spearman_items, seed),
     }
-    syn = synthetic_metrics(vec, data, click, spearman_items, seed)
+    click_pairs = vec.pair_scorer("click")
+    syn = synthetic_metrics(vec, data, click_pairs, spearman_items, seed)
     if syn:
         out["synthetic"] = syn
     if half is not None:
-        out["report_half"] = report_half_metrics(click, data, half)
+        out["report_half"] = report_half_metrics(click_pairs, data, half)
     if baselines:
-        pop = mostpop_scorer(data.popularity)
+        pop = np.asarray(data.popularity, dtype=np.float32)  # shared: ranked once, not per user
         base: dict[str, Any] = {
             "valid": ranking(pop, data, "valid", ks, batch_users),
             "test": ranking(pop, data, "test", ks, batch_users, bias=True),
         }
-        syn_pop = synthetic_metrics(None, data, pop, spearman_items, seed)
+        pop_pairs = mostpop_pairs(data.popularity)
+        syn_pop = synthetic_metrics(None, data, pop_pairs, spearman_items, seed)
         if syn_pop:
             base["synthetic"] = syn_pop
         if half is not None:
-            base["report_half"] = report_half_metrics(pop, data, half)
+            base["report_half"] = report_half_metrics(pop_pairs, data, half)
         out["baselines"] = {"mostpop": base}
     return out
 
 
-def report_half_metrics(scorer: Scorer, data: RewardData, half: UniformHalf) -> dict[str, Any]:
-    """``scorer``'s metrics@10 on the report half of ``half`` (its source named)."""
-    ranked = users_ranking(scorer, data, half.truth, half.candidates, half.report_users, "report")
+def report_half_metrics(pair_scorer: PairScorer, data: RewardData, half: UniformHalf) -> dict[str, Any]:
+    """``pair_scorer``'s metrics@10 on the report half of ``half`` (its source named)."""
+    ranked = users_ranking(pair_scorer, data, half.truth, half.candidates, half.report_users, "report")
     return {"source": half.source} | {k.removeprefix("report."): v for k, v in ranked.items()}

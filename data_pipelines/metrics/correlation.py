@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-#: Random keys drawn per block of users in ``sample_items_per_user`` (bounds memory).
-_SAMPLE_BLOCK_KEYS = 1 << 24
+#: Users per block of ``sample_items_per_user``; block b draws from ``default_rng([seed, b])``.
+SAMPLE_BLOCK_USERS = 4096
 
 
 def average_ranks(x: Any) -> np.ndarray:
@@ -108,17 +108,46 @@ def synthetic_spearman(
 def sample_items_per_user(n_users: int, n_items: int, n: int = 200, seed: int = 0) -> np.ndarray:
     """n distinct items per user drawn uniformly without replacement, sorted; [U, n] int64.
 
-    Each user's row is the n smallest of n_items uniform random keys (a uniformly random
-    n-subset), users taken in blocks so memory stays near 2^24 keys. Deterministic in seed.
+    Users go in blocks of ``SAMPLE_BLOCK_USERS``, block b drawing from ``default_rng([seed, b])``,
+    so a user's row depends on the seed and the user's position only. Where n is small against
+    the catalogue (``4 n <= n_items``) a row is the first n distinct values of i.i.d. uniform
+    draws (a uniformly random n-subset; a row short of n distinct values is drawn again): O(n)
+    per user, not O(n_items). Otherwise it is the n smallest of n_items uniform random keys.
     """
     if not 1 <= n <= n_items:
         raise ValueError(f"n must be in [1, {n_items}] (the number of items); got {n}")
-    rng = np.random.default_rng(seed)
     out = np.empty((n_users, n), dtype=np.int64)
-    block = max(1, _SAMPLE_BLOCK_KEYS // n_items)
-    for start in range(0, n_users, block):
-        stop = min(start + block, n_users)
-        keys = rng.random((stop - start, n_items))
-        chosen = np.argpartition(keys, n - 1, axis=1)[:, :n] if n < n_items else np.argsort(keys, axis=1)
-        out[start:stop] = np.sort(chosen, axis=1)
+    for b, start in enumerate(range(0, n_users, SAMPLE_BLOCK_USERS)):
+        rng = np.random.default_rng([seed, b])
+        rows = min(SAMPLE_BLOCK_USERS, n_users - start)
+        chosen = (
+            _first_distinct(rng, rows, n_items, n)
+            if 4 * n <= n_items
+            else _smallest_keys(rng, rows, n_items, n)
+        )
+        out[start : start + rows] = np.sort(chosen, axis=1)
     return out
+
+
+def _first_distinct(rng: np.random.Generator, rows: int, n_items: int, n: int) -> np.ndarray:
+    """[rows, n]: each row the first n distinct values of uniform draws from [0, n_items)."""
+    m = n + 2 * (n * n // n_items) + 16  # about n^2 / (2 n_items) draws repeat an earlier one
+    out = np.empty((rows, n), dtype=np.int64)
+    todo = np.arange(rows)
+    while todo.size:
+        draws = rng.integers(0, n_items, size=(todo.size, m))
+        order = np.argsort(draws, axis=1, kind="stable")  # equal values keep their draw order
+        ranked = np.take_along_axis(draws, order, axis=1)
+        repeat = np.zeros(draws.shape, dtype=bool)
+        np.put_along_axis(repeat, order[:, 1:], ranked[:, 1:] == ranked[:, :-1], axis=1)
+        enough = (~repeat).sum(axis=1) >= n
+        first = np.argsort(repeat[enough], axis=1, kind="stable")[:, :n]  # distinct ones, in draw order
+        out[todo[enough]] = np.take_along_axis(draws[enough], first, axis=1)
+        todo = todo[~enough]
+    return out
+
+
+def _smallest_keys(rng: np.random.Generator, rows: int, n_items: int, n: int) -> np.ndarray:
+    """[rows, n]: each row the n smallest of n_items uniform random keys (a random n-subset)."""
+    keys = rng.random((rows, n_items))
+    return np.argpartition(keys, n - 1, axis=1)[:, :n] if n < n_items else np.argsort(keys, axis=1)

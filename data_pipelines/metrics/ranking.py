@@ -157,7 +157,7 @@ def ranking_metrics(topk: np.ndarray, truth: Any, ks: Sequence[int] = DEFAULT_KS
 
 
 def full_sort_topk(
-    score_fn: ScoreFn,
+    score_fn: ScoreFn | np.ndarray,
     users: Any,
     n_items: int,
     exclude: Any,
@@ -167,8 +167,10 @@ def full_sort_topk(
     """Top-k items of every user in ``users``, scoring ``batch_users`` users at a time; [B, k].
 
     score_fn(user_batch [b] int64) -> [b, n_items] scores (numpy, or a torch tensor on any
-    device). exclude: items to mask, indexed by *user index* (rows >= max(users) + 1) or None.
-    Peak memory is about batch_users x n_items scores plus the [B, k] result.
+    device), or one [n_items] array of scores every user shares (popularity): the same lists,
+    read off one sorted order without scoring users x items. exclude: items to mask, indexed by
+    *user index* (rows >= max(users) + 1) or None. Peak memory is about batch_users x n_items
+    scores plus the [B, k] result.
     """
     users = np.asarray(users, dtype=np.int64).ravel()
     mask = None if exclude is None else as_csr(exclude)
@@ -176,6 +178,10 @@ def full_sort_topk(
         raise ValueError(f"exclude has {mask.n_rows} rows but users go up to {users.max()}")
     if batch_users < 1:
         raise ValueError(f"batch_users must be >= 1; got {batch_users}")
+    if isinstance(score_fn, np.ndarray):
+        if score_fn.shape != (n_items,):
+            raise ValueError(f"shared scores must have shape ({n_items},); got {score_fn.shape}")
+        return _shared_topk(score_fn, users, mask, k, batch_users)
     out = np.empty((users.size, k), dtype=np.int64)
     for start in range(0, users.size, batch_users):
         batch = users[start : start + batch_users]
@@ -187,6 +193,37 @@ def full_sort_topk(
         out[start : start + batch.size] = topk_from_scores(
             scores, k, None if mask is None else csr_rows(mask, batch)
         )
+    return out
+
+
+def _shared_topk(scores: np.ndarray, users: np.ndarray, mask: Any, k: int, batch_users: int) -> np.ndarray:
+    """``topk_from_scores`` of rows that all equal ``scores`` [I]: one order (best first, ties to
+    the lower index, NaN as -inf); a user's list is the first k items of it they do not exclude,
+    so only the head of the order that their exclusions can reach is looked at."""
+    n_items = scores.size
+    if not 1 <= k <= n_items:
+        raise ValueError(f"k must be in [1, {n_items}] (the number of items); got {k}")
+    s = np.where(np.isnan(scores), -np.inf, scores)
+    order = np.lexsort((np.arange(n_items), -s))
+    n_good = int(np.count_nonzero(s > -np.inf))  # the head of the order above the masked items' -inf
+    if mask is None:
+        return np.tile(order[:k], (users.size, 1))
+    rank = np.empty(n_items, dtype=np.int64)
+    rank[order] = np.arange(n_items)
+    out = np.empty((users.size, k), dtype=np.int64)
+    for start in range(0, users.size, batch_users):
+        m = csr_rows(mask, users[start : start + batch_users])
+        head = min(n_items, k + int(m.lengths().max(initial=0)))  # holds k items no row masks
+        masked = np.zeros((m.n_rows, head), dtype=bool)
+        r = rank[m.indices]
+        keep = r < head
+        masked[m.row_ids()[keep], r[keep]] = True
+        out[start : start + m.n_rows] = order[np.argsort(masked, axis=1, kind="stable")[:, :k]]
+        lim = min(head, n_good)
+        short = np.flatnonzero(lim - masked[:, :lim].sum(axis=1) < k)  # < k unmasked items above -inf
+        for row in short:  # the rest tie at -inf with the masked items: lowest index first, as the full sort
+            good = order[:lim][~masked[row, :lim]]
+            out[start + row] = np.concatenate([good, np.setdiff1d(np.arange(n_items), good)])[:k]
     return out
 
 

@@ -228,9 +228,7 @@ class RewardModule(pl.LightningModule):
             def pairs(u: np.ndarray, i: np.ndarray) -> np.ndarray:
                 return (user[torch.from_numpy(u)] * item[torch.from_numpy(i)]).sum(1).numpy()
 
-            r = users_ranking(
-                None, self.data, h.truth, h.candidates, h.select_users, "half", pair_scorer=pairs
-            )
+            r = users_ranking(pairs, self.data, h.truth, h.candidates, h.select_users, "half")
             out["valid/uniform_ndcg@10"] = r["half.ndcg@10"]
         return out
 

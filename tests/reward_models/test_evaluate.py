@@ -80,13 +80,13 @@ def test_uniform_protocol_candidates_and_hand_values(data, tiny_synth):
     for u, items in shown.items():
         shown_mask[u, list(items)] = True
     best = np.where(shown_mask, top, 1000.0)
-    res = uniform_metrics(lambda users: best[users], data, ds)
+    res = uniform_metrics(lambda u, i: best[u, i], data, ds)
     warm_with_pos = [u for u in pos if data.seen_users()[u]]
     assert res["uniform.n_users"] == len(warm_with_pos)
     assert all(pos[u] <= shown[u] for u in pos)
     assert res["uniform.ndcg@10"] == pytest.approx(1.0)  # a slate holds < 10 positives here
     assert max(len(pos[u]) for u in warm_with_pos) <= 10
-    worst = uniform_metrics(lambda users: -top[users], data, ds)
+    worst = uniform_metrics(lambda u, i: -top[u, i], data, ds)
     # 20 shown items, positives ranked last: hits in the top 10 only if a user has > 10 positives
     assert worst["uniform.ndcg@10"] == pytest.approx(0.0)
     # hand case: one user with one positive, scored 2nd of its slate (NDCG 1/log2(3)), then 1st
@@ -95,7 +95,7 @@ def test_uniform_protocol_candidates_and_hand_values(data, tiny_synth):
     (p,) = pos[u]
     scores = np.zeros((n_users, n_items))
     scores[u, min(shown[u] - {p})], scores[u, p] = 2.0, 1.0
-    second = uniform_metrics(lambda users: scores[users], data, ds)["uniform.ndcg@10"]
+    second = uniform_metrics(lambda u, i: scores[u, i], data, ds)["uniform.ndcg@10"]
     scores[u, p] = 3.0
-    first = uniform_metrics(lambda users: scores[users], data, ds)["uniform.ndcg@10"]
+    first = uniform_metrics(lambda u, i: scores[u, i], data, ds)["uniform.ndcg@10"]
     assert (first - second) * len(warm_with_pos) == pytest.approx(1.0 - 1.0 / np.log2(3))

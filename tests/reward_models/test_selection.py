@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
+import torch
 
 from reward_models.data import RewardData
 from reward_models.exposure import Exposure
@@ -57,33 +57,37 @@ def test_coat_halves_rank_each_users_random_items(tmp_path):
     assert np.array_equal(users, np.flatnonzero((data.test.lengths() > 0) & data.seen_users()))
     truth = half.truth
 
-    def oracle(u: np.ndarray) -> np.ndarray:  # a relevant random item scores 1, the rest 0
-        s = np.zeros((u.size, data.n_items))
-        for r, user in enumerate(u):
-            s[r, truth.row(int(user))] = 1.0
-        return s
+    def oracle(u: np.ndarray, i: np.ndarray) -> np.ndarray:  # a relevant random item scores 1, the rest 0
+        return np.array([float(item in truth.row(int(user))) for user, item in zip(u, i, strict=True)])
 
     assert users_ranking(oracle, data, truth, half.candidates, half.report_users, "h")["h.ndcg@5"] == 1.0
 
 
 def test_scoring_only_the_candidate_pairs_ranks_as_the_full_rows_do(tiny_synth):
-    from reward_models.evaluate import candidates_topk, users_ranking
+    from data_pipelines.metrics import csr_rows, topk_from_scores
+    from reward_models.evaluate import Vectors, candidates_topk
 
     data = RewardData.load(tiny_synth, "intervened")
     half = load_uniform_half(data)
-    rng = np.random.default_rng(0)
-    user, item = rng.normal(size=(data.n_users, 4)), rng.normal(size=(data.n_items, 4))
-
-    def full(u: np.ndarray) -> np.ndarray:
-        return user[u] @ item.T
-
-    def pairs(u: np.ndarray, i: np.ndarray) -> np.ndarray:
-        return (user[u] * item[i]).sum(1)
-
+    g = torch.Generator().manual_seed(0)
+    vec = Vectors({"interest": torch.randn(data.n_users, 4, generator=g)},
+                  {"interest": torch.randn(data.n_items, 4, generator=g)})  # fmt: skip
     users = half.select_users
-    a = users_ranking(full, data, half.truth, half.candidates, users, "h")
-    b = users_ranking(None, data, half.truth, half.candidates, users, "h", pairs)
-    assert a == pytest.approx(b) and a["h.ndcg@10"] > 0
+    full = vec.scorer()(users).astype(np.float64)
+    full[:, ::7] = full[:, :1]  # ties with the first item: the lower index goes first in both
+    c = csr_rows(half.candidates, users)
+    masked = np.full(full.shape, -np.inf)  # the full rows with every unexposed item masked
+    masked[c.row_ids(), c.indices] = full[c.row_ids(), c.indices]
+    k = 10
+    dense = topk_from_scores(masked, k)
+    pairs = candidates_topk(lambda u, i: full[np.searchsorted(users, u), i], half.candidates, users, k, -1)
+    n = np.minimum(c.lengths(), k)  # the full sort fills short rows with masked items; candidates_topk pads
+    assert (n == k).any()
+    for row in range(users.size):
+        assert pairs[row, : n[row]].tolist() == dense[row, : n[row]].tolist()
+        assert (pairs[row, n[row] :] == -1).all()
+    r = c.row_ids()  # the chunked pair scorer scores as the full rows do
+    assert np.allclose(vec.pair_scorer()(users[r], c.indices), vec.scorer()(users)[r, c.indices], atol=1e-5)
     # by hand: user 0 has candidates 5 (score 1), 2 (score 3), 7 (score 2); k = 4 pads with n_items
     from data_pipelines.metrics import csr_from_pairs
 

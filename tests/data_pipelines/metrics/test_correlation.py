@@ -72,10 +72,36 @@ def test_sample_items_per_user_is_without_replacement_and_deterministic():
     np.testing.assert_array_equal(sample_items_per_user(2, 5, n=5, seed=0), [[0, 1, 2, 3, 4]] * 2)
 
 
-def test_sample_is_independent_of_the_block_size(monkeypatch):
-    want = sample_items_per_user(50, 40, n=10, seed=3)
-    monkeypatch.setattr(correlation, "_SAMPLE_BLOCK_KEYS", 40 * 7)  # 7 users per block
-    np.testing.assert_array_equal(sample_items_per_user(50, 40, n=10, seed=3), want)
+@pytest.mark.parametrize("n_items", [40, 12])  # distinct draws (4 n <= n_items); random keys
+def test_a_users_sample_depends_on_its_position_only(monkeypatch, n_items):
+    monkeypatch.setattr(correlation, "SAMPLE_BLOCK_USERS", 7)
+    want = sample_items_per_user(50, n_items, n=10, seed=3)
+    np.testing.assert_array_equal(sample_items_per_user(20, n_items, n=10, seed=3), want[:20])
+    assert (np.diff(want, axis=1) > 0).all()
+
+
+def test_rows_short_of_distinct_draws_are_drawn_again():
+    class Repeats:  # the first draw of every row repeats one value; later draws are uniform
+        def __init__(self):
+            self.calls, self.rng = 0, np.random.default_rng(0)
+
+        def integers(self, low, high, size):
+            self.calls += 1
+            return np.zeros(size, dtype=np.int64) if self.calls == 1 else self.rng.integers(low, high, size)
+
+    stub = Repeats()
+    rows = correlation._first_distinct(stub, 5, 1000, 20)
+    assert stub.calls == 2 and rows.shape == (5, 20)
+    assert all(np.unique(r).size == 20 for r in rows)
+
+
+def test_distinct_draws_are_uniform():
+    items = sample_items_per_user(20_000, 40, n=10, seed=0)  # 4 n <= n_items: the draws path
+    freq = np.bincount(items.ravel(), minlength=40) / 20_000
+    # each item is in a row w.p. 10/40; sd of the frequency = sqrt(.25 * .75 / 20000) = 0.0031
+    np.testing.assert_allclose(freq, 0.25, atol=0.015)
+    pair = np.mean((items == 0).any(axis=1) & (items == 1).any(axis=1))
+    np.testing.assert_allclose(pair, 10 / 40 * 9 / 39, atol=0.01)  # without replacement
 
 
 def test_sample_is_uniform():

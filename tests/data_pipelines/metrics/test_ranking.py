@@ -149,7 +149,31 @@ def test_full_sort_accepts_torch_scores_and_subsets_of_users():
     np.testing.assert_array_equal(top, topk_from_scores(scores[users], 5, [[0, 1]] * 4))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    n_items=st.integers(1, 12),
+    k=st.integers(1, 12),
+    data=st.data(),
+)
+def test_shared_scores_rank_as_every_users_full_row(n_items, k, data):
+    """One [I] array shared by every user (popularity) gives the lists of the full rows, ties,
+    NaN, -inf and users with fewer than k items left included."""
+    k = min(k, n_items)
+    values = st.sampled_from([0.0, 1.0, 2.0, -math.inf, math.nan, 0.5])
+    scores = np.array(data.draw(st.lists(values, min_size=n_items, max_size=n_items)), dtype=np.float32)
+    n_users = data.draw(st.integers(1, 6))
+    exclude = [data.draw(st.lists(st.integers(0, n_items - 1), max_size=n_items)) for _ in range(n_users)]
+    users = np.array(data.draw(st.lists(st.integers(0, n_users - 1), min_size=1, max_size=8)))
+    full = full_sort_topk(lambda u: np.tile(scores, (len(u), 1)), users, n_items, exclude, k, batch_users=3)
+    shared = full_sort_topk(scores, users, n_items, exclude, k, batch_users=3)
+    np.testing.assert_array_equal(shared, full)
+    np.testing.assert_array_equal(full_sort_topk(scores, users, n_items, None, k), full_sort_topk(
+        lambda u: np.tile(scores, (len(u), 1)), users, n_items, None, k))  # fmt: skip
+
+
 def test_score_fn_shape_is_checked():
+    with pytest.raises(ValueError, match="shared scores must have shape \\(5,\\)"):
+        full_sort_topk(np.zeros(4), [0, 1], 5, None, 2)
     with pytest.raises(ValueError, match="expected \\(2, 5\\)"):
         full_sort_topk(lambda u: np.zeros((len(u), 4)), [0, 1], 5, None, 2)
 
