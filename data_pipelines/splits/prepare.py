@@ -110,6 +110,8 @@ class Prepared:
         ``COLUMNS``, in ORDER. Taken from ``held``; a part holding other rows (OBD's native
         split keeps its impressions) reads them from the data."""
         idx = part.select("__row")
+        # ``held`` has every row a history part can hold; the anti-join is the one check that
+        # covers parts built otherwise (OBD's native impressions), without listing protocols here
         if idx.join(self.held.select("__row"), on="__row", how="anti").height:
             mask = np.zeros(self.rows.height, dtype=bool)
             mask[idx.get_column("__row").to_numpy()] = True

@@ -110,7 +110,9 @@ class Staging:
         self.impressions = FrameWriter(folder / "impressions.parquet")
         self.pairs: list[np.ndarray] | None = None if all_pairs(world) else []
 
-    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame) -> None:
+    def add(self, split: str, rows: pl.DataFrame, impressions: pl.DataFrame | None) -> None:
+        if impressions is None:  # never: ``wants_impressions`` asks ``play`` for them
+            raise ValueError("Staging stores the truth's impressions; play() gave none")
         self.rows[split].write(rows)
         self.impressions.write(impressions)
         if self.pairs is not None:
