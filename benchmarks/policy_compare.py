@@ -442,18 +442,28 @@ def summarise_v2(path: Path) -> str:
     paired differences — mean over (task, seed) pairs with a 95% bootstrap interval, and the
     seeds where each side's mean is higher. A variant with parpo and others (e.g. the personal
     signal off) is compared within itself (``parpo[v] − gdpo[v]``); one of a single algorithm (an
-    ablation) against the main parpo and gdpo."""
+    ablation) against the parpo and gdpo of its base: the variant whose overrides are the largest
+    proper subset of its own (the personal signal off, for an ablation run with it off), else the
+    main runs."""
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     out = []
     for setting in SETTINGS:
         here = [r for r in rows if r["setting"] == setting]
+        overrides = {r.get("variant"): set(r.get("overrides", [])) for r in here}
         for tag in sorted({r.get("variant") for r in here}, key=lambda t: (t is not None, t or "")):
             fam = [r for r in here if r.get("variant") == tag]
             arms = {
                 a: {r["seed"]: r for r in fam if r["algo"] == a}
                 for a in dict.fromkeys(r["algo"] for r in fam)
             }
-            main = {a: {r["seed"]: r for r in here if r["algo"] == a and "variant" not in r} for a in ALGOS}
+            base = max(
+                (t for t, o in overrides.items() if o < overrides[tag]),
+                key=lambda t: len(overrides[t]),
+                default=None,
+            )
+            main = {
+                a: {r["seed"]: r for r in here if r["algo"] == a and r.get("variant") == base} for a in ALGOS
+            }
             within = tag is None or ("parpo" in arms and len(arms) > 1)
             if within:
                 pairs = [
@@ -482,7 +492,7 @@ def summarise_v2(path: Path) -> str:
                             continue
                         cells = [f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}] {c['wins']}:{c['losses']}"
                                  if (c := d.get(m)) else "—" for m in TASK_METRICS]  # fmt: skip
-                        ref = "" if within or tag is None else " (main)"
+                        ref = "" if within or tag is None else f" [{base}]" if base else " (main)"
                         out.append(f"{a}{label} − {o}{ref} | {d['n_seeds']} | " + " | ".join(cells))
                     out.append("")
             for a, by in arms.items():

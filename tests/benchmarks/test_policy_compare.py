@@ -10,7 +10,13 @@ import pytest
 from benchmarks.policy_compare import budget_overrides, paired, summarise_v2
 
 
-def _run(algo: str, seed: int, true_pref: list[float], variant: str | None = None) -> dict:
+def _run(
+    algo: str,
+    seed: int,
+    true_pref: list[float],
+    variant: str | None = None,
+    overrides: list[str] | None = None,
+) -> dict:
     per_task = {
         "task_id": ["t0", "t1"],
         "true_preference": true_pref,
@@ -23,7 +29,11 @@ def _run(algo: str, seed: int, true_pref: list[float], variant: str | None = Non
         "algo": algo,
         "seed": seed,
         "G": 8,
-        **({"variant": variant, "overrides": ["advantage.anchor_terms=scale"]} if variant else {}),
+        **(
+            {"variant": variant, "overrides": overrides or ["advantage.anchor_terms=scale"]}
+            if variant
+            else {}
+        ),
         "budget": {"updates": 60, "tasks_per_update": 128, "rollouts": 61440},
         "train_seconds": 10.0,
         "per_task": {"warm": per_task, "cold": {k: v[:1] for k, v in per_task.items()}},
@@ -77,6 +87,16 @@ def test_summarise_v2_tables_main_runs_and_an_ablation_against_main_parpo(tmp_pa
     assert "warm, users a (1 tasks)" in text
     assert "### hetero [scale-only: advantage.anchor_terms=scale]" in text
     # the ablation's seed 0 minus the main parpo's seed 0: [0, .5] -> +0.250, one win
+    assert "parpo [scale-only] − parpo (main) | 1 | +0.250 [" in text
+    # an ablation run with the personal signal off is compared with the personal-off arms (the
+    # variant whose overrides are the largest proper subset of its own), not with the main runs
+    off = ["policy.personal_features=false"]
+    rows += [_run(a, 0, [0.5, 0.5], "personal-off", off) for a in ("parpo", "gdpo")]
+    rows.append(_run("parpo", 0, [0.75, 0.75], "off-baseline", [*off, "advantage.anchor_terms=baseline"]))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = summarise_v2(path)
+    assert "parpo [off-baseline] − gdpo [personal-off] | 1 | +0.250 [" in text
+    assert "parpo [off-baseline] − parpo (main)" not in text
     assert "parpo [scale-only] − parpo (main) | 1 | +0.250 [" in text
     # a setting where only parpo has run yet: its row, no difference against itself
     path.write_text(json.dumps(RUNS[0]) + "\n")
