@@ -15,6 +15,9 @@ pc --setting hetero --algos parpo gdpo grpo --variant personal-off --override po
 pc --setting hetero --algos parpo --variant baseline-only --override advantage.anchor_terms=baseline
 pc --setting hetero --algos parpo --variant scale-only --override advantage.anchor_terms=scale
 pc --setting hetero --algos gdpo --variant gdpo-user --override advantage.estimator=gdpo_user
+pc --setting hetero --algos parpo --variant personal-off-baseline-only --override policy.personal_features=false advantage.anchor_terms=baseline
+pc --setting hetero --algos parpo --variant personal-off-scale-only --override policy.personal_features=false advantage.anchor_terms=scale
 pc --setting drift --algos parpo gdpo grpo
 pc --setting ml100k --algos parpo gdpo grpo
-.venv/bin/python benchmarks/policy_compare.py --study 2 --summarise > benchmarks/results/policy_compare_v2.md
+{ head -n 4 benchmarks/results/policy_compare_v2.md; .venv/bin/python benchmarks/policy_compare.py --study 2 --summarise; } > "$W/policy_compare_v2.md"
+mv "$W/policy_compare_v2.md" benchmarks/results/policy_compare_v2.md  # keeps the file's 4-line header
