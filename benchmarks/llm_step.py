@@ -99,8 +99,9 @@ def run_ours(model_dir: str, a: argparse.Namespace) -> dict[str, float]:
     batch = pad_batch(convs, pad)
     batch["old_logp"] = batch["rollout_logp"]
 
-    class _P:  # what ppo_update reads of a policy
-        pass
+    class _P:  # what ppo_update reads of a policy (no constrained decoding: no allowed-token masks)
+        def allowed_masks(self, *_: object) -> None:
+            return None
 
     pol = _P()
     pol.model, pol.temperature, pol.device, pol.value_head = model, 1.0, torch.device("cpu"), None
