@@ -1,6 +1,6 @@
-"""Wall and CPU time, and peak memory, of a reward model's full evaluation (``reward_models.evaluate.
-evaluate``, every section ``parpo reward train`` writes to ``metrics.json``) on a dataset's split,
-with random vectors in place of a trained model (the cost does not depend on the values).
+"""Wall and CPU time, and peak memory, of a reward model's full evaluation (``reward_models.pipeline.
+evaluate_weights``: every section ``parpo reward train`` writes to ``metrics.json``) on a dataset's
+split, with random tables in place of a trained model's (the cost does not depend on the values).
 
 Each repeat runs in its own subprocess (``peak_rss_gb`` is its ``VmHWM``: the split's data, the
 vectors and the evaluation); prints one JSON line per repeat and one with the medians, with a few
@@ -52,30 +52,16 @@ def one(data: Path, dim: int) -> dict[str, object]:
     from data_pipelines.dataset import Dataset
     from parpo.presets import load
     from reward_models.config import RewardConfig
-    from reward_models.evaluate import Vectors, evaluate
-    from reward_models.pipeline import load_training_data
-    from reward_models.selection import load_uniform_half
+    from reward_models.pipeline import evaluate_weights, load_training_data
 
     torch.set_num_threads(1)
     cfg = load(RewardConfig, "reward", "dice", [])
     rd = load_training_data(cfg, Dataset(data))
     g = torch.Generator().manual_seed(0)
-    branches = ("interest", "conformity")
-    vec = Vectors(
-        {b: torch.randn(rd.n_users, dim, generator=g) for b in branches},
-        {b: torch.randn(rd.n_items, dim, generator=g) for b in branches},
-    )
-    e = cfg.eval
+    sizes = {"user": rd.n_users, "item": rd.n_items}
+    weights = {f"{side}_{b}": torch.randn(n, dim, generator=g) for b in ("interest", "conformity") for side, n in sizes.items()}  # fmt: skip
     wall, cpu = time.perf_counter(), time.process_time()
-    res = evaluate(
-        vec,
-        rd,
-        e.ks,
-        batch_users=e.batch_users,
-        spearman_items=e.spearman_items,
-        seed=e.seed,
-        half=load_uniform_half(rd),
-    )
+    res = evaluate_weights(cfg, weights, rd, None)  # what publish runs (no stage 1: no cold profiles)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     flat = _flat(res)
     return {
