@@ -84,7 +84,10 @@ def gguf_to_folder(gguf: str | Path, out: str | Path) -> Path:
         raise UserError(f"{src}: no such GGUF file")
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     loaded = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
-    fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the weights are dequantised: the folder is plain fp32
+        del config.quantization_config  # (else trainers such as TRL's refuse it as a quantised model)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(dst)

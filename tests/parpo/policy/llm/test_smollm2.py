@@ -27,6 +27,16 @@ def smollm2(tmp_path_factory) -> Path:
     return gguf_to_folder(gguf, tmp_path_factory.mktemp("smollm2") / "model")
 
 
+def test_the_converted_folder_is_a_plain_fp32_model(smollm2) -> None:
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    assert "quantization_config" not in json.loads((smollm2 / "config.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(smollm2)
+    assert not getattr(model, "is_quantized", False) and next(model.parameters()).dtype.is_floating_point
+
+
 def test_smollm2_trains_two_updates_and_publishes(smollm2, tiny_synth, published_reward, tmp_path) -> None:
     import shutil
 
