@@ -206,11 +206,14 @@ class HFEngine:
             return_dict_in_generate=True, **kw,
         )  # fmt: skip
         new = res.sequences[:, width:]
-        logits = torch.stack(res.logits, dim=1).float() / temperature  # [R, S, V]
-        if masks is not None:
-            logits = logits.masked_fill(~torch.stack(masks.masks, dim=1), float("-inf"))
-        logp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        new, logp = new.cpu().tolist(), logp.cpu().tolist()
+        logp = torch.empty(new.shape, dtype=torch.float32)
+        for t, step in enumerate(res.logits):  # one [R, V] step at a time: no [R, S, V] copies
+            step = step.float() / temperature
+            if masks is not None:
+                step = step.masked_fill(~masks.masks[t], float("-inf"))
+            logp[:, t] = torch.log_softmax(step, -1).gather(-1, new[:, t : t + 1]).squeeze(-1).cpu()
+        del res  # the per-step logits (output_logits): [R, V] each, S of them
+        new, logp = new.cpu().tolist(), logp.tolist()
         for r, i in enumerate(todo):
             out[i] = cut(new[r], logp[r], self.stop_ids, budgets[i])
         return out
