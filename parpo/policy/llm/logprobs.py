@@ -77,8 +77,10 @@ def token_scores(model: Any, ids: Tensor, attention: Tensor, mask: Tensor, tempe
         logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
     lp = torch.log_softmax(logits, dim=-1)
     picked = lp.gather(-1, ids[:, 1:][sel].unsqueeze(-1)).squeeze(-1)
-    # masked tokens: exp(-inf) * -inf would be nan; clamped, they add 0
-    ent = -(lp.exp() * lp.clamp(min=torch.finfo(lp.dtype).min)).sum(-1)
+    with torch.no_grad():  # entropies are read as values (metrics, turn_gae weights), never differentiated:
+        # no graph, so backward keeps no [N, V] copies of them; masked tokens: exp(-inf) * -inf would
+        # be nan; clamped, they add 0
+        ent = -(lp.exp() * lp.clamp(min=torch.finfo(lp.dtype).min)).sum(-1)
     logp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
     entropy = torch.zeros_like(logp)
     logp[:, 1:][sel] = picked
