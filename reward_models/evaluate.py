@@ -80,16 +80,8 @@ class Vectors:
 
     def pair_scores(self, users: np.ndarray, items: np.ndarray, branch: str) -> np.ndarray:
         """Scores of users [U] x their own items [U, n] -> [U, n] (branch: interest, conformity, click)."""
-        u, i = torch.from_numpy(users), torch.from_numpy(items)
-        names = self._names(branch)
-        out = torch.empty(i.shape, dtype=self.user[names[0]].dtype)
-        step = max(
-            1, PAIRS_PER_CHUNK // max(1, i.shape[1])
-        )  # users per chunk: the [chunk, n, d] gather stays small
-        for s in range(0, u.numel(), step):
-            c = slice(s, s + step)
-            out[c] = sum(torch.einsum("ud,und->un", self.user[b][u[c]], self.item[b][i[c]]) for b in names)
-        return out.numpy()
+        flat = self.pair_scorer(branch)(np.repeat(users, items.shape[1]), items.ravel())
+        return flat.reshape(items.shape)
 
     def pair_scorer(self, branch: str = "click") -> PairScorer:
         """Scores of (user [P], item [P]) pairs, ``PAIRS_PER_CHUNK`` at a time (bounded temporaries)."""
