@@ -61,12 +61,22 @@ class Exposure:
 
 
 def impression_pairs(ds: Dataset, data: RewardData) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (user, item) index pairs of the dataset's impressions, [P] int64 each, sorted."""
-    rows = ds.interactions().filter(pl.col("event") == "impression").select("user_id", "item_id").collect()
-    if rows.height == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    key = index_pairs(rows.unique(), data.users, data.items)
-    key = np.unique(key["u"].to_numpy().astype(np.int64) * data.n_items + key["i"].to_numpy())
+    """Distinct (user, item) index pairs of the dataset's impressions, [P] int64 each, sorted.
+
+    Read one partition at a time, so the text ids of one partition are in memory at once
+    (most rows of an exposure log are impressions)."""
+    keys = [np.zeros(0, dtype=np.int64)]
+    for path in ds.partition_paths():
+        rows = (
+            pl.scan_parquet(path)
+            .filter(pl.col("event") == "impression")
+            .select("user_id", "item_id")
+            .unique()
+            .collect()
+        )
+        idx = index_pairs(rows, data.users, data.items)
+        keys.append(np.unique(idx["u"].to_numpy().astype(np.int64) * data.n_items + idx["i"].to_numpy()))
+    key = np.unique(np.concatenate(keys))
     return key // data.n_items, key % data.n_items
 
 

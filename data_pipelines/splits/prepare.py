@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -65,7 +66,7 @@ class Prepared:
     (uint64 user hash under the seed; null for anonymous rows) and ``__cold`` (bool: a cold
     user's row). ``held``: every canonical column of the rows a history part can hold
     (positives, and all of the cold users' rows), with ``__row``. ``algorithm``: ``ROWS`` or
-    ``PAIRS``.
+    ``PAIRS``. ``counts``: see ``of_range``.
     """
 
     dataset: Dataset
@@ -74,6 +75,7 @@ class Prepared:
     rows: pl.DataFrame
     held: pl.DataFrame
     algorithm: int = ALGORITHM
+    counts: pl.DataFrame | None = None  # ``item_counts`` of the whole dataset when ``rows`` is one user range
 
     @classmethod
     def of(
@@ -81,21 +83,29 @@ class Prepared:
     ) -> Prepared:
         check_algorithm(algorithm)
         rule = rule or PositivesRule()
-        keys = ["__row", *KEYS, *NATIVE_KEYS.get(dataset.source, []), "__pos"]
-        rows = (
-            dataset.interactions()
-            .with_row_index("__row")
-            .with_columns(rule.is_positive().fill_null(False).alias("__pos"))
-            .select(keys)
-            .collect()
-        )
-        rows = rows.sort(ORDER, nulls_last=True)  # ``history`` is then ``rows`` without a copy
-        uh = id_hash64(rows.get_column("user_id"), seed)
-        cold = uniform(uh.fill_null(0).to_numpy(), "cold_users") < COLD_USER_FRACTION
-        rows = rows.with_columns(uh.alias("__uh"), (pl.Series(cold) & uh.is_not_null()).alias("__cold"))
+        rows = _key_rows(dataset, seed, rule, dataset.interactions().with_row_index("__row"))
         keep = np.zeros(rows.height, dtype=bool)
         keep[rows.filter(pl.col("__pos") | pl.col("__cold")).get_column("__row").to_numpy()] = True
         return cls(dataset, seed, rule, rows, read_rows(dataset, keep), algorithm)
+
+    @classmethod
+    def of_range(
+        cls,
+        dataset: Dataset,
+        path: Path,
+        seed: int,
+        rule: PositivesRule,
+        algorithm: int,
+        item_counts: pl.DataFrame,
+    ) -> Prepared:
+        """One user range of ``dataset`` (``data_pipelines.splits.chunked.spill``): ``path``
+        holds every canonical column of the range's rows and their ``__row``; ``item_counts``
+        is ``unit_counts`` over the whole dataset, which ``intervened`` weighs units by."""
+        check_algorithm(algorithm)
+        rows = _key_rows(dataset, seed, rule, pl.scan_parquet(path))
+        keep = rows.filter(pl.col("__pos") | pl.col("__cold")).get_column("__row")
+        held = pl.scan_parquet(path).filter(pl.col("__row").is_in(keep.implode())).collect()
+        return cls(dataset, seed, rule, rows, held, algorithm, item_counts)
 
     @property
     def source(self) -> str:
@@ -126,11 +136,7 @@ class Prepared:
 
         Adds ``__rank`` (0-based event order within the user) and ``__n`` (the user's events).
         """
-        df = self.rows  # in ORDER, anonymous rows last
-        if df.get_column("user_id").null_count():
-            df = df.filter(pl.col("user_id").is_not_null())
-        if self.source == "coat":
-            df = df.filter(pl.col("logging_policy").fill_null("") != COAT_RANDOM)
+        df = history_rows(self.rows, self.source)  # in ORDER
         return df.with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64).over("user_id").alias("__rank"),
             pl.len().over("user_id").cast(pl.Int64).alias("__n"),
@@ -184,10 +190,9 @@ class Prepared:
     def item_counts(self) -> pl.DataFrame:
         """item_id, count: positive units per item over all history rows (cold users included):
         positive rows (``ROWS``), distinct users (``PAIRS``)."""
-        pos = self.history.filter("__pos")
-        if self.algorithm == PAIRS:
-            pos = pos.unique(PAIR)
-        return pos.group_by("item_id").agg(pl.len().cast(pl.Int64).alias("count"))
+        if self.counts is not None:
+            return self.counts
+        return unit_counts(self.history.filter("__pos"), self.algorithm)
 
     def row_uniform(self, df: pl.DataFrame, purpose: str) -> pl.Series:
         """Float64 [len(df)] in (0, 1) per (user, seq) of ``df`` (history rows): stable under appends.
@@ -200,6 +205,33 @@ class Prepared:
     def user_uniform(self, df: pl.DataFrame, purpose: str) -> pl.Series:
         """Float64 [len(df)] in (0, 1), one number per user of ``df`` (history rows)."""
         return pl.Series(purpose, uniform(df.get_column("__uh").to_numpy(), purpose))
+
+
+def _key_rows(dataset: Dataset, seed: int, rule: PositivesRule, frame: pl.LazyFrame) -> pl.DataFrame:
+    """``Prepared.rows`` of ``frame`` (canonical rows with ``__row``)."""
+    keys = ["__row", *KEYS, *NATIVE_KEYS.get(dataset.source, []), "__pos"]
+    rows = frame.with_columns(rule.is_positive().fill_null(False).alias("__pos")).select(keys).collect()
+    rows = rows.sort(ORDER, nulls_last=True)  # ``history`` is then ``rows`` without a copy
+    uh = id_hash64(rows.get_column("user_id"), seed)
+    cold = uniform(uh.fill_null(0).to_numpy(), "cold_users") < COLD_USER_FRACTION
+    return rows.with_columns(uh.alias("__uh"), (pl.Series(cold) & uh.is_not_null()).alias("__cold"))
+
+
+def history_rows(rows: pl.DataFrame, source: str) -> pl.DataFrame:
+    """The rows of ``rows`` a history protocol reads: those with a user (Coat: self-selected only)."""
+    if rows.get_column("user_id").null_count():
+        rows = rows.filter(pl.col("user_id").is_not_null())
+    if source == "coat":
+        rows = rows.filter(pl.col("logging_policy").fill_null("") != COAT_RANDOM)
+    return rows
+
+
+def unit_counts(positives: pl.DataFrame, algorithm: int) -> pl.DataFrame:
+    """item_id, count: the units per item of ``positives`` (history positive rows): rows
+    (``ROWS``), distinct users (``PAIRS``). Sums over disjoint user sets."""
+    if algorithm == PAIRS:
+        positives = positives.unique(PAIR)
+    return positives.group_by("item_id").agg(pl.len().cast(pl.Int64).alias("count"))
 
 
 def check_algorithm(algorithm: int) -> None:

@@ -21,9 +21,18 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from data_pipelines.dataset import Dataset
-from data_pipelines.schema import INTERACTIONS, SCHEMA_VERSION, polars_schema, to_arrow
-from data_pipelines.splits.prepare import ALGORITHM, ROWS, Prepared, check_algorithm
-from data_pipelines.splits.registry import SPLITS, applicable_for
+from data_pipelines.schema import INTERACTIONS, SCHEMA_VERSION, polars_schema, to_arrow, with_version
+from data_pipelines.splits.chunked import CHUNK_ROWS, spill, user_ranges
+from data_pipelines.splits.prepare import (
+    ALGORITHM,
+    NATIVE_KEYS,
+    ROWS,
+    Prepared,
+    check_algorithm,
+    history_rows,
+    unit_counts,
+)
+from data_pipelines.splits.registry import HISTORY_SPLITS, SPLITS, applicable_for
 from data_pipelines.splits.rule import PositivesRule
 from parpo_core.durable import atomic_write_json, publish_dir, temp_sibling
 from parpo_core.errors import DataError
@@ -94,9 +103,39 @@ def compute_split(
     want = (seed, rule.rule_hash(), dataset.fingerprint, algorithm)
     if (p.seed, p.rule.rule_hash(), p.fingerprint, p.algorithm) != want:
         raise ValueError("prepared data is for another seed, rule, dataset or algorithm")
+    parts = cut(p, name)
+    meta = split_meta(
+        dataset,
+        name,
+        seed,
+        rule,
+        algorithm,
+        {k: v.height for k, v in parts.items()},
+        train_users=parts["train"].get_column("user_id").drop_nulls().n_unique(),
+        cold_users=p.cold_users.len() if "cold_profile" in parts else 0,
+    )
+    return Split(**parts, meta=meta)
+
+
+def cut(p: Prepared, name: str) -> dict[str, pl.DataFrame]:
+    """The parts of split ``name`` of ``p``'s rows, canonical columns in ORDER."""
     raw = SPLITS[name](p)
-    parts = {k: p.canonical(raw[k]) for k in PARTS if k in raw}
-    meta = {
+    return {k: p.canonical(raw[k]) for k in PARTS if k in raw}
+
+
+def split_meta(
+    dataset: Dataset,
+    name: str,
+    seed: int,
+    rule: PositivesRule,
+    algorithm: int,
+    counts: dict[str, int],
+    *,
+    train_users: int,
+    cold_users: int,
+) -> dict[str, Any]:
+    """``meta.json`` of a split: what it is, of which data, and its parts' rows and users."""
+    return {
         "format_version": FORMAT_VERSION,
         "name": name,
         "seed": seed,
@@ -106,14 +145,10 @@ def compute_split(
         "data_fingerprint": dataset.fingerprint,
         "source": dataset.source,
         "schema_version": SCHEMA_VERSION,
-        "counts": {k: v.height for k, v in parts.items()},
-        "users": {
-            "train": parts["train"].get_column("user_id").drop_nulls().n_unique(),
-            "cold": p.cold_users.len() if "cold_profile" in parts else 0,
-        },
+        "counts": counts,
+        "users": {"train": train_users, "cold": cold_users},
         "created": datetime.now(UTC).isoformat(),
     }
-    return Split(**parts, meta=meta)
 
 
 def _read_meta(path: Path) -> dict[str, Any] | None:
@@ -145,24 +180,31 @@ def save_split(split: Split, target: Path) -> Path:
     out and deleted.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    fingerprint, algorithm = split.meta["data_fingerprint"], meta_algorithm(split.meta)
     tmp = temp_sibling(target)
     tmp.mkdir()
     try:
         for k, df in split.parts().items():
             pq.write_table(to_arrow(df, INTERACTIONS), tmp / f"{k}.parquet", compression="zstd")
-        atomic_write_json(tmp / META, split.meta)
-        if not _is_current_fingerprint(target, fingerprint, algorithm):
-            try:
-                publish_dir(tmp, target, replace=True)
-            except OSError:
-                # Another writer published between our check and rename; keep theirs if current.
-                if not _is_current_fingerprint(target, fingerprint, algorithm):
-                    raise
+        _publish(tmp, target, split.meta)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     split.path = target
     return target
+
+
+def _publish(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
+    """Add ``meta.json`` to ``tmp`` (its parts written) and rename it to ``target``, unless
+    ``target`` already holds a split of the same data (a concurrent writer won: kept). A stale
+    ``target`` is swapped out and deleted."""
+    fingerprint, algorithm = meta["data_fingerprint"], meta_algorithm(meta)
+    atomic_write_json(tmp / META, meta)
+    if not _is_current_fingerprint(target, fingerprint, algorithm):
+        try:
+            publish_dir(tmp, target, replace=True)
+        except OSError:
+            # Another writer published between our check and rename; keep theirs if current.
+            if not _is_current_fingerprint(target, fingerprint, algorithm):
+                raise
 
 
 def write_split(
@@ -173,9 +215,11 @@ def write_split(
     algorithm: int = ALGORITHM,
     *,
     prepared: Prepared | None = None,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> Path:
     """Write ``name`` (one realisation: ``seed``, ``rule``, ``algorithm``) under the dataset;
-    returns its folder.
+    returns its folder. A history split of more than ``chunk_rows`` rows is cut by user
+    range (``data_pipelines.splits.chunked``) unless ``prepared`` is given.
 
     A folder already current for the dataset's fingerprint is kept as is. Raises
     ``DataError`` for an unknown split or algorithm, or a split that does not apply to the source.
@@ -185,21 +229,90 @@ def write_split(
     target = split_dir(dataset, name, seed, rule, algorithm)
     if _is_current(target, dataset, algorithm):
         return target
+    if prepared is None and name in HISTORY_SPLITS:
+        bounds = user_ranges(dataset, chunk_rows)
+        if bounds is not None:
+            _write_ranges(dataset, [name], seed, rule, algorithm, bounds)
+            return target
     return save_split(compute_split(dataset, name, seed, rule, algorithm, prepared=prepared), target)
 
 
 def write_all(
-    dataset: Dataset, seed: int = 0, rule: PositivesRule | None = None, algorithm: int = ALGORITHM
+    dataset: Dataset,
+    seed: int = 0,
+    rule: PositivesRule | None = None,
+    algorithm: int = ALGORITHM,
+    *,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> dict[str, Path]:
-    """Write every split that applies to the dataset's source; the data are read once."""
+    """Write every split that applies to the dataset's source; the data are read once (a
+    log of more than ``chunk_rows`` rows: once for all history splits, by user range)."""
     rule = rule or PositivesRule()
     check_algorithm(algorithm)
     names = applicable_for(dataset.source)
     todo = [
         n for n in names if not _is_current(split_dir(dataset, n, seed, rule, algorithm), dataset, algorithm)
     ]
+    ranged = [n for n in todo if n in HISTORY_SPLITS]
+    bounds = user_ranges(dataset, chunk_rows) if ranged else None
+    if bounds is not None:
+        _write_ranges(dataset, ranged, seed, rule, algorithm, bounds)
+        todo = [n for n in todo if n not in ranged]
     prepared = Prepared.of(dataset, seed, rule, algorithm) if todo else None
     return {n: write_split(dataset, n, seed, rule, algorithm, prepared=prepared) for n in names}
+
+
+def _write_ranges(
+    dataset: Dataset, names: list[str], seed: int, rule: PositivesRule, algorithm: int, bounds: pl.Series
+) -> None:
+    """Write the history splits ``names`` range by range (``chunked``): spill the ranges,
+    count the units per item over all of them, then cut each range and append its parts."""
+    targets = {n: split_dir(dataset, n, seed, rule, algorithm) for n in names}
+    ranges = temp_sibling(dataset.root / "splits" / "ranges")
+    tmps = {n: temp_sibling(t) for n, t in targets.items()}
+    schema = with_version(INTERACTIONS)
+    writers: dict[tuple[str, str], pq.ParquetWriter] = {}
+    rows: dict[str, dict[str, int]] = {n: {} for n in names}
+    users = {n: {"train_users": 0, "cold_users": 0} for n in names}
+    try:
+        ranges.mkdir(parents=True)
+        for t in tmps.values():
+            t.parent.mkdir(parents=True, exist_ok=True)
+            t.mkdir()
+        files = spill(dataset, bounds, ranges)
+        counts = _unit_counts(dataset, files, rule, algorithm)
+        for f in files:
+            p = Prepared.of_range(dataset, f, seed, rule, algorithm, counts)
+            for n in names:
+                parts = cut(p, n)
+                for k, df in parts.items():
+                    if (n, k) not in writers:
+                        writers[n, k] = pq.ParquetWriter(tmps[n] / f"{k}.parquet", schema, compression="zstd")
+                    writers[n, k].write_table(to_arrow(df, INTERACTIONS))
+                    rows[n][k] = rows[n].get(k, 0) + df.height
+                users[n]["train_users"] += parts["train"].get_column("user_id").drop_nulls().n_unique()
+                users[n]["cold_users"] += p.cold_users.len() if "cold_profile" in parts else 0
+        while writers:
+            writers.popitem()[1].close()
+        for n in names:
+            counts_n = {k: rows[n][k] for k in PARTS if k in rows[n]}
+            meta = split_meta(dataset, n, seed, rule, algorithm, counts_n, **users[n])
+            _publish(tmps[n], targets[n], meta)
+    finally:
+        for w in writers.values():
+            w.close()
+        for d in (ranges, *tmps.values()):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _unit_counts(dataset: Dataset, files: list[Path], rule: PositivesRule, algorithm: int) -> pl.DataFrame:
+    """``unit_counts`` over every range file: the item counts ``intervened`` weighs units by."""
+    cols = ["user_id", "item_id", "event", "value", *NATIVE_KEYS.get(dataset.source, [])]
+    per_range = []
+    for f in files:
+        df = pl.read_parquet(f, columns=cols).with_columns(rule.is_positive().fill_null(False).alias("__pos"))
+        per_range.append(unit_counts(history_rows(df, dataset.source).filter("__pos"), algorithm))
+    return pl.concat(per_range).group_by("item_id").agg(pl.col("count").sum())
 
 
 def read_split(path: Path) -> Split:
@@ -239,6 +352,8 @@ def load_split(
         else:
             state = "stale (written for other data)"
         raise DataError(f"{target}: split is {state}; recompute it (compute_missing=True)")
+    if name in HISTORY_SPLITS and user_ranges(dataset) is not None:
+        return read_split(write_split(dataset, name, seed, rule, algorithm))  # too large to cut at once
     split = compute_split(dataset, name, seed, rule, algorithm)
     try:
         save_split(split, target)

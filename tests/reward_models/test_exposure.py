@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 
@@ -12,9 +14,17 @@ from data_pipelines.dataset import Dataset
 from data_pipelines.metrics import csr_from_pairs
 from reward_models.curriculum import Curriculum
 from reward_models.data import RewardData
-from reward_models.exposure import Exposure, ImpressionTriples, exposure_logloss, load_exposure, pair_uniform
+from reward_models.exposure import (
+    Exposure,
+    ImpressionTriples,
+    exposure_logloss,
+    impression_pairs,
+    load_exposure,
+    pair_uniform,
+)
 from reward_models.sampler import PopularityNegativeSampler
 from reward_models.training.stream import TripleStream
+from tests.data_pipelines.splits.helpers import T0, make_dataset
 
 
 def test_impression_triples_pair_each_impression_with_a_train_positive_of_its_user():
@@ -72,6 +82,43 @@ def test_load_exposure_keeps_only_impressions_without_a_positive(tiny_synth):
     assert data.seen_users()[ex.train_user].all()  # a training triple needs a positive of its user
     share = len(held) / (len(held) + len(train))
     assert 0.05 < share < 0.15
+
+
+def test_impression_pairs_are_the_distinct_pairs_over_every_partition(tmp_path):
+    # Two ingests: two partitions, (u0, i1) shown in both, (u1, i0) twice in one.
+    def rows(pairs):
+        return pl.DataFrame(
+            {
+                "user_id": [u for u, _, _ in pairs],
+                "item_id": [i for _, i, _ in pairs],
+                "ts": [T0 + timedelta(minutes=k) for k in range(len(pairs))],
+                "event": [e for _, _, e in pairs],
+            }
+        )
+
+    make_dataset(
+        tmp_path / "ds", rows([("u0", "i0", "click"), ("u0", "i1", "impression"), ("u1", "i0", "impression")])
+    )
+    ds = make_dataset(
+        tmp_path / "ds",
+        rows(
+            [
+                ("u0", "i1", "impression"),
+                ("u1", "i0", "impression"),
+                ("u1", "i2", "impression"),
+                ("u1", "i1", "click"),
+            ]
+        ),
+    )
+    assert len(ds.partition_paths()) == 2
+    data = RewardData.load(ds, "temporal")
+    u, i = impression_pairs(ds, data)
+    users, items = data.user_ids(), data.item_ids()
+    assert [(users[a], items[b]) for a, b in zip(u, i, strict=True)] == [
+        ("u0", "i1"),
+        ("u1", "i0"),
+        ("u1", "i2"),
+    ]
 
 
 def _stream(imp: ImpressionTriples | None, rank=0, world=1) -> TripleStream:
