@@ -352,8 +352,11 @@ def load_split(
         else:
             state = "stale (written for other data)"
         raise DataError(f"{target}: split is {state}; recompute it (compute_missing=True)")
-    if name in HISTORY_SPLITS and user_ranges(dataset) is not None:
-        return read_split(write_split(dataset, name, seed, rule, algorithm))  # too large to cut at once
+    if name in HISTORY_SPLITS and user_ranges(dataset) is not None:  # too large to cut at once
+        try:
+            return read_split(write_split(dataset, name, seed, rule, algorithm))
+        except PermissionError:
+            pass  # a read-only dataset folder: cut in memory, as below
     split = compute_split(dataset, name, seed, rule, algorithm)
     try:
         save_split(split, target)

@@ -89,3 +89,21 @@ def test_load_split_cuts_a_log_over_the_limit_by_range(tmp_path, mixed, monkeypa
     want = compute_split(ds, "intervened")
     for part, df in want.parts().items():
         assert df.equals(got.parts()[part]), part
+
+
+def test_load_split_of_a_read_only_large_log_cuts_it_in_memory(tmp_path, mixed, monkeypatch):
+    shutil.copytree(mixed.root, tmp_path / "ds")
+    ds = type(mixed)(tmp_path / "ds")
+    monkeypatch.setattr(store_mod, "user_ranges", lambda dataset, chunk_rows=0: user_ranges(dataset, 250))
+
+    def read_only(*args, **kwargs):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(store_mod, "publish_dir", read_only)
+    got = load_split(ds, "temporal")
+    assert got.path is None
+    want = compute_split(ds, "temporal")
+    for part, df in want.parts().items():
+        assert df.equals(got.parts()[part]), part
+    left = list((tmp_path / "ds" / "splits").rglob("*"))
+    assert [p.name for p in left] == ["temporal"] and left[0].is_dir()  # no spill or staging left
