@@ -111,8 +111,7 @@ def compute_split(
         rule,
         algorithm,
         {k: v.height for k, v in parts.items()},
-        train_users=parts["train"].get_column("user_id").drop_nulls().n_unique(),
-        cold_users=p.cold_users.len() if "cold_profile" in parts else 0,
+        **_users(p, parts),
     )
     return Split(**parts, meta=meta)
 
@@ -121,6 +120,14 @@ def cut(p: Prepared, name: str) -> dict[str, pl.DataFrame]:
     """The parts of split ``name`` of ``p``'s rows, canonical columns in ORDER."""
     raw = SPLITS[name](p)
     return {k: p.canonical(raw[k]) for k in PARTS if k in raw}
+
+
+def _users(p: Prepared, parts: dict[str, pl.DataFrame]) -> dict[str, int]:
+    """``split_meta``'s user counts of ``parts`` (cut from ``p``); they add up over user ranges."""
+    return {
+        "train_users": parts["train"].get_column("user_id").drop_nulls().n_unique(),
+        "cold_users": p.cold_users.len() if "cold_profile" in parts else 0,
+    }
 
 
 def split_meta(
@@ -290,8 +297,8 @@ def _write_ranges(
                         writers[n, k] = pq.ParquetWriter(tmps[n] / f"{k}.parquet", schema, compression="zstd")
                     writers[n, k].write_table(to_arrow(df, INTERACTIONS))
                     rows[n][k] = rows[n].get(k, 0) + df.height
-                users[n]["train_users"] += parts["train"].get_column("user_id").drop_nulls().n_unique()
-                users[n]["cold_users"] += p.cold_users.len() if "cold_profile" in parts else 0
+                for key, v in _users(p, parts).items():
+                    users[n][key] += v
         while writers:
             writers.popitem()[1].close()
         for n in names:
@@ -352,9 +359,11 @@ def load_split(
         else:
             state = "stale (written for other data)"
         raise DataError(f"{target}: split is {state}; recompute it (compute_missing=True)")
-    if name in HISTORY_SPLITS and user_ranges(dataset) is not None:  # too large to cut at once
+    bounds = user_ranges(dataset) if name in HISTORY_SPLITS else None
+    if bounds is not None:  # too large to cut at once
         try:
-            return read_split(write_split(dataset, name, seed, rule, algorithm))
+            _write_ranges(dataset, [name], seed, rule, algorithm, bounds)
+            return read_split(target)
         except PermissionError:
             pass  # a read-only dataset folder: cut in memory, as below
     split = compute_split(dataset, name, seed, rule, algorithm)
