@@ -350,7 +350,7 @@ def _fit_with_curve(cfg: Any, data: Any, run: Path) -> tuple[Any, list[dict]]:
 
     fit_mod = importlib.import_module("reward_models.training.fit")
     make = fit_mod.make_trainer
-    fit_mod.make_trainer = lambda c, d, cbs: make(c, d, [*cbs, Curve()])
+    fit_mod.make_trainer = lambda c, d, cbs, *rest: make(c, d, [*cbs, Curve()], *rest)
     try:
         res = fit_mod.fit(cfg, data, run)
     finally:

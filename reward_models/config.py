@@ -137,8 +137,10 @@ class TrainConfig(StrictModel):
     )
     restore_best: bool = Field(True, description="publish the weights of the best valid epoch")
     eval_every: int = Field(1, ge=1, description="epochs between valid evaluations")
-    eval_every_steps: int = Field(
-        0, ge=0, description="optimiser steps between valid evaluations (0: every eval_every epochs)"
+    eval_every_steps: int | Literal["auto"] = Field(
+        0,
+        description="optimiser steps between valid evaluations (0: every eval_every epochs); auto = every "
+        "10 steps, or an eighth of an epoch when that is longer",
     )
     select: Literal["auto", "uniform", "ndcg"] = Field(
         "ndcg",
@@ -158,6 +160,13 @@ class TrainConfig(StrictModel):
             return v
         raise ValueError(f"must be a positive integer or auto, not {v!r}")
 
+    @field_validator("eval_every_steps", mode="before")
+    @classmethod
+    def _eval_steps(cls, v: object) -> object:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return v
+        raise ValueError(f"must be a non-negative integer or auto, not {v!r}")
+
     def batch_for(self, n_positives: int) -> int:
         """The global batch for a train split of ``n_positives``: the set integer, or for ``auto``
         the power of two nearest ``n_positives / 8`` (in log scale) within [1024, 8192]. At least
@@ -168,6 +177,18 @@ class TrainConfig(StrictModel):
         if self.batch_size != "auto":
             return self.batch_size
         return int(2 ** min(13, max(10, round(math.log2(max(n_positives, 1) / 8)))))
+
+    def eval_steps_for(self, n_positives: int) -> int:
+        """Optimiser steps between evaluations for a train split of ``n_positives`` (0: every
+        ``eval_every`` epochs): the set integer, or for ``auto`` 10, or an eighth of an epoch when
+        that is longer. Each evaluation ranks every item for a fixed user sample, so its cost grows
+        with the catalogue; at most about eight per epoch keeps their share of a large run near a
+        tenth (a fixed 10 cost more than training at 5M positives: benchmarks/README.md, "Reward
+        model at 5M positives"), while every split below ~650k positives (the synthetic default,
+        ML-100K, the real catalogues) still evaluates every 10 steps."""
+        if self.eval_every_steps != "auto":
+            return self.eval_every_steps
+        return max(10, math.ceil(math.ceil(n_positives / self.batch_for(n_positives)) / 8))
 
 
 class EvalConfig(StrictModel):

@@ -191,9 +191,11 @@ def _loggers(cfg: RewardConfig, run_dir: Path) -> list[Any]:
 
 
 def make_trainer(
-    cfg: RewardConfig, run_dir: Path, callbacks: list[Callback], selection: Selection = NDCG
+    cfg: RewardConfig, run_dir: Path, callbacks: list[Callback], selection: Selection = NDCG, n_train: int = 0
 ) -> pl.Trainer:
+    """``n_train``: the train positives, which ``train.eval_every_steps: auto`` and ``batch_size: auto`` follow."""
     r, t = cfg.runtime, cfg.train
+    every = t.eval_steps_for(n_train)
     accelerator = ACCELERATORS[r.device]
     strategy: Any = "auto"
     if r.devices > 1:
@@ -233,8 +235,8 @@ def make_trainer(
         strategy=strategy,
         max_epochs=t.epochs,
         max_steps=t.max_steps,
-        check_val_every_n_epoch=None if t.eval_every_steps else t.eval_every,
-        val_check_interval=t.eval_every_steps or None,
+        check_val_every_n_epoch=None if every else t.eval_every,
+        val_check_interval=every or None,
         num_sanity_val_steps=0,
         logger=_loggers(cfg, run_dir),
         callbacks=cbs,
@@ -269,7 +271,7 @@ def fit(
     module = RewardModule(data, cfg, profile, init)
     dm = RewardDataModule(data, cfg)
     best, speed = BestWeights(module.selection), Throughput()
-    trainer = make_trainer(cfg, run_dir, [best, speed], module.selection)
+    trainer = make_trainer(cfg, run_dir, [best, speed], module.selection, data.n_train)
     trainer.fit(module, datamodule=dm, ckpt_path=str(resume) if resume else None)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     use_best = cfg.train.restore_best and best.tables is not None

@@ -196,3 +196,13 @@ def test_the_stream_takes_the_batch_auto_resolves(data):
     cfg = reward_config("train.batch_size=auto")
     assert make_stream(data, cfg).batch_size == cfg.train.batch_for(data.n_train) == 1024
     assert make_stream(data, reward_config("train.batch_size=128")).batch_size == 128
+
+
+def test_the_trainer_evaluates_at_the_interval_auto_resolves(tmp_path):
+    from reward_models.training import make_trainer
+
+    cfg = reward_config("train.eval_every_steps=auto", "train.batch_size=auto", "train.checkpoint=false")
+    assert make_trainer(cfg, tmp_path, [], n_train=7448).val_check_interval == 10
+    assert make_trainer(cfg, tmp_path, [], n_train=1_239_332).val_check_interval == 19
+    by_epoch = make_trainer(reward_config("train.eval_every_steps=0"), tmp_path, [], n_train=1_239_332)
+    assert by_epoch.check_val_every_n_epoch == 1
