@@ -1,8 +1,8 @@
 """Reward-model cost at scale: one whole ``parpo reward train`` run of a preset on a dataset.
 
 Times what ``parpo reward train`` does before publishing, in this process: load the split,
-attach impressions and features, stage 1 (when the preset has it), stage 2 to early stop,
-the full evaluation. One JSON line per dataset: seconds per phase, training triples, seconds
+attach impressions and features, stage 1 (when the preset has it), stage 2 to early stop
+(with its evaluations, timed apart), the full evaluation. One JSON line per dataset: seconds per phase, training triples, seconds
 per 1M training triples (wall and process CPU), peak RSS (``ru_maxrss``), the load average
 before and after. Overrides go before the options.
 
@@ -62,6 +62,8 @@ def one(data_dir: Path, preset: str, extra: list[str]) -> dict[str, Any]:
         "run_cpu_seconds": round(c3 - c0, 2),
         "load_seconds": round(t1 - t0, 2),
         "fit_seconds": round(t2 - t1, 2),  # stage 1 + stage 2 with its evaluations
+        "valid_seconds": round(res.valid_seconds, 2),  # the evaluations during stage 2
+        "evaluations": res.evaluations,
         "eval_seconds": round(t3 - t2, 2),
         "train_seconds": round(res.train_seconds, 2),
         "triples": res.triples,

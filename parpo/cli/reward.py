@@ -73,7 +73,8 @@ def print_outcome(outcome: Any) -> None:
     t = outcome.training
     console.print(
         f"trained {t['epochs']} epochs ({t['steps']} steps, best epoch {t['best_epoch']}), "
-        f"{t['train_triples_per_s']:,.0f} triples/s; run folder {outcome.run_dir}"
+        f"{t['train_triples_per_s']:,.0f} triples/s, {t['evaluations']} evaluations in {t['valid_seconds']:.1f} s; "
+        f"run folder {outcome.run_dir}"
     )
 
 

@@ -65,6 +65,8 @@ class FitResult:
     train_seconds: float
     train_cpu_seconds: float  # process CPU time (every thread): less disturbed by other jobs than wall time
     triples: int
+    valid_seconds: float  # wall time of the evaluations during training
+    evaluations: int
     run_dir: Path
     logs: Path | None
     checkpoint: Path | None
@@ -85,6 +87,8 @@ class FitResult:
             "steps": self.steps,
             "train_seconds": round(self.train_seconds, 3),
             "train_triples_per_s": round(self.triples_per_s, 1),
+            "valid_seconds": round(self.valid_seconds, 3),
+            "evaluations": self.evaluations,
         }
 
 
@@ -121,11 +125,14 @@ class BestWeights(Callback):
 
 
 class Throughput(Callback):
-    """Training time without validation (wall and process CPU), and triples trained (all ranks together)."""
+    """Training time without validation (wall and process CPU), triples trained (all ranks
+    together), and the evaluations' count and wall time."""
 
     def __init__(self) -> None:
         self.seconds, self.cpu_seconds, self.triples = 0.0, 0.0, 0
+        self.valid_seconds, self.evaluations = 0.0, 0
         self._t0: tuple[float, float] | None = None
+        self._v0: float | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._t0 is None:
@@ -136,6 +143,13 @@ class Throughput(Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._stop()
+        self._v0 = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._v0 is not None:
+            self.valid_seconds += time.perf_counter() - self._v0
+            self.evaluations += 1
+            self._v0 = None
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._stop()
@@ -289,6 +303,8 @@ def fit(
         train_seconds=speed.seconds,
         train_cpu_seconds=speed.cpu_seconds,
         triples=speed.triples,
+        valid_seconds=speed.valid_seconds,
+        evaluations=speed.evaluations,
         run_dir=run_dir,
         logs=logs if logs.is_file() else None,
         checkpoint=ckpt if ckpt.is_file() else None,

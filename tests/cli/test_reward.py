@@ -49,6 +49,8 @@ def test_train_eval_end_to_end(tiny_synth, tmp_path):
     v = only_version(reg)
     m = json.loads((v / "metrics.json").read_text())
     assert m["split"] == "intervened" and "ndcg@10" in m["test"] and "interest_spearman" in m["synthetic"]
+    t = m["training"]  # the evaluations during training, counted and timed apart from it
+    assert f"{t['evaluations']} evaluations in " in res.stdout and t["evaluations"] >= 1
     assert (v / "logs" / "metrics.csv").is_file() and (tmp_path / "r1" / "config.yaml").is_file()
     # the MF baseline with another split: a second version, production stays on the first
     res = run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -65,6 +66,10 @@ def test_loss_stays_finite_and_logs_are_written(data, tmp_path):
     text = res.logs.read_text()
     assert "valid/ndcg@10" in text and "train/loss/discrepancy" in text and "nan" not in text.lower()
     assert all(torch.isfinite(t).all() for t in res.tables.values())
+    # every evaluation is counted and timed, apart from training
+    rows = [r for r in csv.DictReader(text.splitlines()) if r.get("valid/ndcg@10")]
+    assert res.evaluations == len(rows) >= 1 and res.valid_seconds > 0
+    assert res.summary()["evaluations"] == res.evaluations
 
 
 def test_pointwise_exposure_term_trains_the_click_score_and_is_logged(tiny_synth, tmp_path):
