@@ -17,7 +17,9 @@ Hybrid embeddings (``user_features`` / ``item_features``, sparse [n, F] matrices
 ``reward_models.features``): a row's table entry is its id row plus its features' rows,
 ``e_i + X_i W`` on every branch, so a sparse item shares strength with items of its category,
 attributes and price. The composed rows are what every loss, the discrepancy, LightGCN and
-``export`` read: the readout sees plain vectors, as before.
+``export`` read: the readout sees plain vectors, as before. On ``mf`` a training step composes
+only the rows it reads (``batch_tables``): the same values and gradients, at a cost that follows
+the batch rather than the catalogue.
 
 Popularity conformity (``item_buckets``): an item's conformity vector is the row of its
 popularity bucket, ``i_con = P[bucket(i)]``, instead of a free id row. DICE's conformity is the
@@ -59,6 +61,10 @@ class Tables:
     user_all: Tensor
     item_all: Tensor
     branches: tuple[str, ...]
+    #: [n_u], [n_i]: the model's index of each row when the tables hold some rows only
+    #: (``CausalEmbeddings.batch_tables``); None: every row, in index order
+    user_ids: Tensor | None = None
+    item_ids: Tensor | None = None
 
     def _split(self, x: Tensor) -> dict[str, Tensor]:
         d = x.shape[1] // len(self.branches)
@@ -136,6 +142,22 @@ class _PairDifference(torch.autograd.Function):
         return g_users, g_items, None, None, None, None
 
 
+def padded_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """A sparse COO [n, F] matrix as padded rows: columns [n, k] int64 and values [n, k] (k: the
+    most entries of a row; padding is column 0 with value 0), for ``F.embedding_bag``."""
+    x = x.coalesce()
+    r, c = x.indices()
+    n = x.shape[0]
+    counts = torch.bincount(r, minlength=n)
+    k = max(int(counts.max()) if r.numel() else 0, 1)
+    start = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(r.numel()) - start[r]
+    cols = torch.zeros(n, k, dtype=torch.int64)
+    vals = torch.zeros(n, k, dtype=x.dtype)
+    cols[r, pos], vals[r, pos] = c, x.values()
+    return cols, vals
+
+
 def popularity_buckets(popularity: np.ndarray, n_buckets: int) -> Tensor:
     """Bucket [n] int64 of each item's train popularity (distinct users): ``floor(log2(1 + pop))``
     capped at ``n_buckets - 1``. Fixed edges, not quantiles: a bucket means the same popularity in
@@ -205,6 +227,7 @@ class CausalEmbeddings(nn.Module):
             self.item_pop = nn.Parameter(w)
         # Feature rows start at zero: the model starts as the id-only one, features grow as they help.
         self.features = {"user": user_features, "item": item_features}  # plain attributes, like adj
+        self.padded = {k: padded_rows(x) if x is not None else None for k, x in self.features.items()}
         for side, x in self.features.items():
             if x is not None:
                 self.register_parameter(f"{side}_feat", nn.Parameter(torch.zeros(x.shape[1], width[side])))
@@ -219,6 +242,7 @@ class CausalEmbeddings(nn.Module):
         if self.adj is not None:
             self.adj = fn(self.adj)
         self.features = {k: fn(x) if x is not None else None for k, x in self.features.items()}
+        self.padded = {k: (fn(p[0]), fn(p[1])) if p is not None else None for k, p in self.padded.items()}
         if self.item_buckets is not None:
             self.item_buckets = fn(self.item_buckets)
         return out
@@ -259,6 +283,35 @@ class CausalEmbeddings(nn.Module):
             rows = torch.cat([rows, self.item_pop.index_select(0, self.item_buckets)], dim=1)
         return rows
 
+    def rows(self, side: str, index: Tensor) -> Tensor:
+        """``composed(side)[index]`` [k, width] without composing the whole table: the id rows
+        and the feature rows of those entries only."""
+        rows = getattr(self, side).index_select(0, index)
+        p = self.padded[side]
+        if p is not None:
+            cols, vals = p[0].index_select(0, index), p[1].index_select(0, index)
+            rows = rows + F.embedding_bag(
+                cols, getattr(self, f"{side}_feat"), per_sample_weights=vals, mode="sum"
+            )
+        if side == "item" and self.item_buckets is not None:
+            rows = torch.cat(
+                [rows, self.item_pop.index_select(0, self.item_buckets.index_select(0, index))], dim=1
+            )
+        return rows
+
+    def batch_tables(self, user: Tensor, item: Tensor) -> tuple[Tables, Tensor, Tensor]:
+        """Tables of the distinct rows a step reads (``mf``): user [a], item [b] int64 model
+        indices -> (tables over those rows with ``user_ids``/``item_ids`` set, user [a] and
+        item [b] as row positions in them). The losses' values and gradients are the whole
+        tables' (a row the step does not read gets no gradient either way), while composing
+        costs rows read, not rows held: at 600k users it was most of a step."""
+        if self.backbone != "mf":
+            raise ValueError("batch_tables needs the mf backbone (LightGCN propagates over every row)")
+        uu, u_at = torch.unique(user, return_inverse=True)
+        ii, i_at = torch.unique(item, return_inverse=True)
+        t = Tables(self.rows("user", uu), self.rows("item", ii), self.branches, uu, ii)
+        return t, u_at, i_at
+
     def tables(self) -> Tables:
         """The scored vectors of every user and item (LightGCN: one propagation for all branches)."""
         user, item = self.composed("user"), self.composed("item")
@@ -284,7 +337,12 @@ class CausalEmbeddings(nn.Module):
             # what sparse rows cannot learn (without features these are the scored rows of mf);
             # popularity buckets are shared rows too.
             hybrid = self.item_buckets is not None or any(x is not None for x in self.features.values())
-            u_rows, i_rows = (self.user, self.item) if hybrid else (t.user_all, t.item_all)
+            if hybrid:  # the id tables are indexed by model index
+                u_rows, i_rows = self.user, self.item
+                if t.user_ids is not None and t.item_ids is not None:
+                    user, pos, neg = t.user_ids[user], t.item_ids[pos], t.item_ids[neg]
+            else:
+                u_rows, i_rows = t.user_all, t.item_all
             rows = (F.embedding(user, u_rows), F.embedding(pos, i_rows), F.embedding(neg, i_rows))
             sq = sum(r.pow(2).sum() for r in rows)
         return BatchScores({br: diff[:, k] for k, br in enumerate(self.branches)}, sq)

@@ -106,16 +106,29 @@ class RewardModule(pl.LightningModule):
 
     # -- training --------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        t = self.model.tables()
-        reg = self.cfg.train.reg > 0
-        scores = self.model(batch["user"], batch["pos"], batch["neg"], tables=t, sq_norm=reg)
-        w_int, w_con = self.curriculum.weights_at(int(batch["epoch"]))
         m = self.cfg.model
-        disc = None
+        user, pos, neg = batch["user"], batch["pos"], batch["neg"]
+        su = si = None
         if self.model.disentangled and m.discrepancy != "none" and m.weights.disc > 0:
             su, si = batch.get("sub_user"), batch.get("sub_item")
             if su is None:  # dCor off in the stream (never for dcor): use the batch's own rows
-                su, si = batch["user"], torch.cat([batch["pos"], batch["neg"]])
+                su, si = user, torch.cat([pos, neg])
+        if self.model.backbone == "mf":  # compose only the rows this step reads: indices become positions
+            n = user.shape[0]
+            t, u_at, i_at = self.model.batch_tables(
+                torch.cat([user] if su is None else [user, su]),
+                torch.cat([pos, neg] if si is None else [pos, neg, si]),
+            )
+            user, pos, neg = u_at[:n], i_at[:n], i_at[n : 2 * n]
+            if su is not None:
+                su, si = u_at[n:], i_at[2 * n :]
+        else:
+            t = self.model.tables()
+        reg = self.cfg.train.reg > 0
+        scores = self.model(user, pos, neg, tables=t, sq_norm=reg)
+        w_int, w_con = self.curriculum.weights_at(int(batch["epoch"]))
+        disc = None
+        if su is not None and si is not None:
             d = self.model.dim  # one gather per side; columns [0, d) interest, [d, 2d) conformity
             ur, ir = t.user_all.index_select(0, su), t.item_all.index_select(0, si)
             disc = discrepancy(m.discrepancy, [(ur[:, :d], ur[:, d:]), (ir[:, :d], ir[:, d:])])
@@ -133,16 +146,15 @@ class RewardModule(pl.LightningModule):
             norm=float(batch["norm"]),
         )
         if self.exposure_bias is not None:
-            imp, u = batch["impression"], batch["user"]
-            clicked = self._click(t, u[~imp], batch["pos"][~imp])
-            passed = self._click(t, u[imp], batch["neg"][imp])
+            imp = batch["impression"]
+            clicked = self._click(t, user[~imp], pos[~imp])
+            passed = self._click(t, user[imp], neg[imp])
             b = self.exposure_bias
             point = exposure_pointwise(clicked + b, passed + b, float(batch["norm"]))
             loss = loss + self.cfg.exposure.pointwise * point
             pieces["loss/exposure_pointwise"], pieces["loss"] = point.detach(), loss.detach()
         if self.profile_map is not None:
-            u = batch["user"]
-            link = ((t.user_all[u] - self.profile_map(self.profile[u])) ** 2).sum(1).mean()
+            link = ((t.user_all[user] - self.profile_map(self.profile[batch["user"]])) ** 2).sum(1).mean()
             loss = loss + self.cfg.stage1.link_weight * link
             pieces["link"], pieces["loss"] = link.detach(), loss.detach()
         # Summed as one tensor, read once per epoch: no per-step host sync or per-step logging.

@@ -9,6 +9,7 @@ from data_pipelines.dataset import Dataset
 from reward_models.data import RewardData
 from reward_models.features import item_features, price_buckets, user_features
 from reward_models.model import CausalEmbeddings
+from reward_models.model.embeddings import padded_rows
 
 
 def test_price_buckets_by_hand():
@@ -67,3 +68,43 @@ def test_a_dataset_without_features_trains_on_ids(tmp_path):
     )  # no categories, attributes, prices, features
     data = RewardData.load(ds, "native", 0, PositivesRule(min_value=4))
     assert item_features(ds, data, 8) is None and user_features(ds, data) is None
+
+
+def test_padded_rows_hold_each_rows_entries_and_zero_padding():
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 0, 2], [0, 1, 1]]), torch.tensor([1.0, 0.5, 2.0]), (4, 3), check_invariants=True)
+    cols, vals = padded_rows(x)
+    assert cols.tolist() == [[0, 1], [0, 0], [1, 0], [0, 0]]
+    assert vals.tolist() == [[1.0, 0.5], [0.0, 0.0], [2.0, 0.0], [0.0, 0.0]]
+
+
+def _hybrid(seed: int) -> CausalEmbeddings:
+    g = torch.Generator().manual_seed(seed)
+    n_u, n_i = 30, 40
+    xu = (torch.rand(n_u, 5, generator=g) < 0.4).float() * torch.rand(n_u, 5, generator=g)
+    xi = (torch.rand(n_i, 7, generator=g) < 0.3).float()
+    m = CausalEmbeddings(
+        n_u, n_i, 4, generator=g, user_features=xu.to_sparse(), item_features=xi.to_sparse(),
+        item_buckets=torch.randint(0, 6, (n_i,), generator=g), n_buckets=6, fixed_levels=True,
+    )  # fmt: skip
+    with torch.no_grad():  # feature rows away from their zero start, so they matter
+        m.user_feat.normal_(0, 0.3, generator=g)
+        m.item_feat.normal_(0, 0.3, generator=g)
+    return m
+
+
+def test_batch_tables_give_the_whole_tables_scores_and_gradients():
+    g = torch.Generator().manual_seed(3)
+    u, i, j = (torch.randint(0, n, (64,), generator=g) for n in (30, 40, 40))
+    whole, part = _hybrid(0), _hybrid(0)
+    a = whole(u, i, j, sq_norm=True)
+    t, u_at, i_at = part.batch_tables(u, torch.cat([i, j]))
+    assert t.user_all.shape[0] == u.unique().numel() < 30  # only the rows the batch reads
+    torch.testing.assert_close(t.user_all, whole.tables().user_all[u.unique()])
+    b = part(u_at, i_at[:64], i_at[64:], tables=t, sq_norm=True)
+    for k in a.diff:
+        torch.testing.assert_close(a.diff[k], b.diff[k])
+    torch.testing.assert_close(a.sq_norm, b.sq_norm)
+    (a.click.square().sum() + a.sq_norm).backward()
+    (b.click.square().sum() + b.sq_norm).backward()
+    for (name, p), q in zip(whole.named_parameters(), part.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
