@@ -71,7 +71,9 @@ def test_a_dataset_without_features_trains_on_ids(tmp_path):
 
 
 def test_padded_rows_hold_each_rows_entries_and_zero_padding():
-    x = torch.sparse_coo_tensor(torch.tensor([[0, 0, 2], [0, 1, 1]]), torch.tensor([1.0, 0.5, 2.0]), (4, 3), check_invariants=True)
+    x = torch.sparse_coo_tensor(
+        torch.tensor([[0, 0, 2], [0, 1, 1]]), torch.tensor([1.0, 0.5, 2.0]), (4, 3), check_invariants=True
+    )
     cols, vals = padded_rows(x)
     assert cols.tolist() == [[0, 1], [0, 0], [1, 0], [0, 0]]
     assert vals.tolist() == [[1.0, 0.5], [0.0, 0.0], [2.0, 0.0], [0.0, 0.0]]
