@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from reward_models.profile import ProfileLog, ViewSpec, build_spec, build_views, feature_matrix, item_side
+from reward_models.profile import views as views_mod
 from reward_models.profile.views import DAY, fit_scales
 
 ITEMS = pl.DataFrame(
@@ -87,6 +88,17 @@ def test_each_view_by_hand(spec):
     np.testing.assert_allclose(views["features"], feats)
     assert mask.tolist() == [[True, True, True, True, True], [False, False, False, False, True]]
     assert all(torch.isfinite(v).all() for v in views.values())
+
+
+def test_views_gathered_a_chunk_of_events_at_a_time_are_the_same(spec, monkeypatch):
+    side = item_side(spec, ITEMS, INDEX, 3)
+    log = ProfileLog.from_frame(log_frame(), spec, ["u0", "u1"], INDEX)
+    feats = feature_matrix(spec, [{"age": "20"}, {"gender": "F", "age": "40"}])
+    whole, _ = build_views(spec, log, side, torch.tensor([4.0, 0.0, 9.0]), feats)
+    monkeypatch.setattr(views_mod, "EVENT_CHUNK", 1)  # one event per gather
+    chunked, _ = build_views(spec, log, side, torch.tensor([4.0, 0.0, 9.0]), feats)
+    assert all(torch.equal(whole[k], chunked[k]) for k in whole)
+    assert whole["content"].abs().sum() > 0
 
 
 def test_untyped_events_and_unknown_items(spec):
