@@ -182,10 +182,10 @@ class TrainConfig(StrictModel):
         """Optimiser steps between evaluations for a train split of ``n_positives`` (0: every
         ``eval_every`` epochs): the set integer, or for ``auto`` 10, or an eighth of an epoch when
         that is longer. Each evaluation ranks every item for a fixed user sample, so its cost grows
-        with the catalogue; at most about eight per epoch keeps their share of a large run near a
-        tenth (a fixed 10 cost more than training at 5M positives: benchmarks/README.md, "Reward
-        model at 5M positives"), while every split below ~650k positives (the synthetic default,
-        ML-100K, the real catalogues) still evaluates every 10 steps."""
+        with the catalogue; at most about eight per epoch bounds them by epochs, not steps (a
+        fixed 10 meant about 150 rankings of 160k items at 5M positives; auto: 15, about 4 min:
+        benchmarks/README.md, "Reward model at 5M positives"), while every split below ~650k
+        positives (the synthetic default, ML-100K, the real catalogues) still evaluates every 10 steps."""
         if self.eval_every_steps != "auto":
             return self.eval_every_steps
         return max(10, math.ceil(math.ceil(n_positives / self.batch_for(n_positives)) / 8))
