@@ -2,8 +2,8 @@
 
 Times what ``parpo reward train`` does before publishing, in this process: load the split,
 attach impressions and features, stage 1 (when the preset has it), stage 2 to early stop
-(with its evaluations, timed apart), the full evaluation. One JSON line per dataset: seconds per phase, training triples, seconds
-per 1M training triples (wall and process CPU), peak RSS (``ru_maxrss``), the load average
+(with its evaluations, timed apart), the full evaluation. One JSON line per dataset: seconds
+per phase, training triples, seconds per 1M training triples (wall and process CPU), peak RSS (``ru_maxrss``), the load average
 before and after. Overrides go before the options.
 
     python benchmarks/reward_scale.py --data /tmp/big                     # the dice preset
@@ -47,7 +47,7 @@ def one(data_dir: Path, preset: str, extra: list[str], full_eval: bool = True) -
     with tempfile.TemporaryDirectory(prefix="reward-scale-") as run:
         res, weights, stage1 = train_weights(cfg, ds, data, Path(run))
     t2 = time.perf_counter()
-    m = evaluate_weights(cfg, weights, data, stage1) if full_eval else {"test": {}}
+    m = evaluate_weights(cfg, weights, data, stage1) if full_eval else {}
     t3, c3 = time.perf_counter(), time.process_time()
     per_m = 1e6 / max(res.triples, 1)
     return {
@@ -74,7 +74,7 @@ def one(data_dir: Path, preset: str, extra: list[str], full_eval: bool = True) -
         "cpu_seconds_per_1m_triples": round(res.train_cpu_seconds * per_m, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "selection": res.selection.target,
-        "test_ndcg@10": m["test"].get("ndcg@10"),
+        "test_ndcg@10": m.get("test", {}).get("ndcg@10"),
         "interest_spearman": m.get("synthetic", {}).get("interest_spearman"),
         "loadavg_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
     }

@@ -119,6 +119,13 @@ class SamplerConfig(StrictModel):
     )
 
 
+def _int_or_auto(v: object, least: int, kind: str) -> object:
+    # one message for both forms (a union would report each member's error)
+    if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= least):
+        return v
+    raise ValueError(f"must be {kind} integer or auto, not {v!r}")
+
+
 class TrainConfig(StrictModel):
     epochs: int = Field(300, ge=1, description="maximum epochs (early stopping may end sooner)")
     batch_size: int | Literal["auto"] = Field(
@@ -155,17 +162,12 @@ class TrainConfig(StrictModel):
     @field_validator("batch_size", mode="before")
     @classmethod
     def _batch(cls, v: object) -> object:
-        # one message for both forms (a union would report each member's error)
-        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-            return v
-        raise ValueError(f"must be a positive integer or auto, not {v!r}")
+        return _int_or_auto(v, 1, "a positive")
 
     @field_validator("eval_every_steps", mode="before")
     @classmethod
     def _eval_steps(cls, v: object) -> object:
-        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-            return v
-        raise ValueError(f"must be a non-negative integer or auto, not {v!r}")
+        return _int_or_auto(v, 0, "a non-negative")
 
     def batch_for(self, n_positives: int) -> int:
         """The global batch for a train split of ``n_positives``: the set integer, or for ``auto``

@@ -207,7 +207,7 @@ def _loggers(cfg: RewardConfig, run_dir: Path) -> list[Any]:
 def make_trainer(
     cfg: RewardConfig, run_dir: Path, callbacks: list[Callback], selection: Selection = NDCG, n_train: int = 0
 ) -> pl.Trainer:
-    """``n_train``: the train positives, which ``train.eval_every_steps: auto`` and ``batch_size: auto`` follow."""
+    """``n_train``: the train positives, which ``train.eval_every_steps: auto`` follows."""
     r, t = cfg.runtime, cfg.train
     every = t.eval_steps_for(n_train)
     accelerator = ACCELERATORS[r.device]
