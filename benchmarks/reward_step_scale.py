@@ -1,10 +1,12 @@
-"""One stage-2 step's cost against the tables' size: whole tables composed every step vs the rows
-the step reads (``CausalEmbeddings.batch_tables``, what ``RewardModule`` uses on ``mf``).
+"""One stage-2 step's cost against the tables' size: whole tables composed every step, the rows
+the step reads (``CausalEmbeddings.batch_tables``, what ``RewardModule`` uses on ``mf``) with
+fused Adam over every row, and the rows read with sparse id-table gradients and ``LazyAdam``
+(``train.optimizer: lazy_adam``, the ``dice`` preset).
 
 Hybrid tables shaped like the synthetic worlds (per user 3 feature entries of 24, per item 4 of
 ~340: category, two attributes, price bucket; scalar conformity), a step of the 5M world's
 shape (8,192 positive triples and ~66k impression triples: the users and items a step reads
-are drawn from the split's own count), forward, backward and fused Adam, one torch thread.
+are drawn from the split's own count), forward, backward and the optimiser step, one torch thread.
 Prints one JSON line per table size and a summary line with each path's s per 1M triples at the
 largest size over the smallest (issue 16 asks that ratio to stay within 1.5x).
 
@@ -26,8 +28,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reward_models.model import CausalEmbeddings  # noqa: E402
+from reward_models.training.lazy_adam import LazyAdam, row_groups  # noqa: E402
 
 TRIPLES = 8192 + 66_000  # a 5M-world step: 8,192 positives and their impressions
+#: (name, compose the rows read only, sparse id gradients + LazyAdam)
+PATHS = (("whole_tables", False, False), ("batch_rows", True, False), ("lazy_rows", True, True))
 
 
 def features(n: int, per_row: int, n_feat: int, g: torch.Generator) -> torch.Tensor:
@@ -38,9 +43,9 @@ def features(n: int, per_row: int, n_feat: int, g: torch.Generator) -> torch.Ten
     ).coalesce()
 
 
-def model(users: int, items: int, g: torch.Generator) -> CausalEmbeddings:
+def model(users: int, items: int, g: torch.Generator, sparse_rows: bool) -> CausalEmbeddings:
     return CausalEmbeddings(
-        users, items, 64, generator=g,
+        users, items, 64, generator=g, sparse_rows=sparse_rows,
         user_features=features(users, 3, 24, g), item_features=features(items, 4, 340, g),
         item_buckets=torch.randint(0, 16, (items,), generator=g), n_buckets=16, fixed_levels=True,
     )  # fmt: skip
@@ -63,9 +68,12 @@ def step(m: CausalEmbeddings, opt: torch.optim.Optimizer, u, i, j, batch_rows: b
 def measure(users: int, items: int, steps: int) -> dict[str, float | int | str]:
     g = torch.Generator().manual_seed(0)
     out: dict[str, float | int | str] = {"bench": "reward_step_scale", "users": users, "items": items}
-    for name, batch_rows in (("whole_tables", False), ("batch_rows", True)):
-        m = model(users, items, g)
-        opt = torch.optim.Adam(m.parameters(), lr=0.01, fused=True)
+    for name, batch_rows, lazy in PATHS:
+        m = model(users, items, g, lazy)
+        if lazy:
+            opt: torch.optim.Optimizer = LazyAdam(row_groups(m.parameters(), [m.user, m.item]), lr=0.01)
+        else:
+            opt = torch.optim.Adam(m.parameters(), lr=0.01, fused=True)
         times = []
         for _ in range(steps + 1):  # the first step allocates Adam's state: not counted
             u = torch.randint(0, users, (TRIPLES,), generator=g)
@@ -74,7 +82,10 @@ def measure(users: int, items: int, steps: int) -> dict[str, float | int | str]:
         med = statistics.median(times[1:])
         out[f"{name}_s_per_step"] = round(med, 4)
         out[f"{name}_s_per_1m_triples"] = round(med * 1e6 / TRIPLES, 3)
-    out["speedup"] = round(float(out["whole_tables_s_per_step"]) / float(out["batch_rows_s_per_step"]), 2)
+    for name, _, _ in PATHS[1:]:
+        out[f"{name}_speedup"] = round(
+            float(out["whole_tables_s_per_step"]) / float(out[f"{name}_s_per_step"]), 2
+        )
     return out
 
 
@@ -95,7 +106,7 @@ def main() -> None:
             f"{k}_largest_over_smallest": round(
                 float(hi[f"{k}_s_per_1m_triples"]) / float(lo[f"{k}_s_per_1m_triples"]), 2
             )
-            for k in ("whole_tables", "batch_rows")
+            for k, _, _ in PATHS
         }
         print(json.dumps({"bench": "reward_step_scale", "summary": True, **ratio}), flush=True)
 

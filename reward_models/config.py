@@ -133,6 +133,12 @@ class TrainConfig(StrictModel):
         description="global batch of sampled triples (split over ranks; impression triples ride along); "
         "auto = the power of two nearest an eighth of the train positives, within [1024, 8192]",
     )
+    optimizer: Literal["adam", "lazy_adam"] = Field(
+        "adam",
+        description="adam = every row moves at every step (its momentum); lazy_adam = the id tables' rows "
+        "move only at the steps that read them, so a step costs the batch, not the catalogue (mf backbone; "
+        "LightGCN reads every row: adam)",
+    )
     lr: float = Field(0.01, gt=0, description="Adam learning rate")
     weight_decay: float = Field(0.0, ge=0, description="Adam L2 on the parameters")
     reg: float = Field(0.0, ge=0, description="L2 on the batch's embedding rows (per triple)")

@@ -197,10 +197,13 @@ class CausalEmbeddings(nn.Module):
         item_buckets: Tensor | None = None,
         n_buckets: int = 0,
         fixed_levels: bool = False,
+        sparse_rows: bool = False,
     ) -> None:
         """``item_buckets`` [n_items] int64 in [0, n_buckets): popularity conformity (module
         docstring); the ``item`` table and the item feature rows then hold the interest branch only.
-        ``fixed_levels``: the bucket rows are the fixed levels of scalar conformity (a buffer)."""
+        ``fixed_levels``: the bucket rows are the fixed levels of scalar conformity (a buffer).
+        ``sparse_rows``: a training step's id-table gradients are sparse (the rows it read; ``mf``
+        only, for ``reward_models.training.lazy_adam``)."""
         super().__init__()
         if backbone not in ("mf", "lightgcn"):
             raise ValueError(f"unknown backbone {backbone!r} (mf or lightgcn)")
@@ -208,6 +211,7 @@ class CausalEmbeddings(nn.Module):
             raise ValueError("backbone 'lightgcn' needs the normalised adjacency (adj)")
         self.n_users, self.n_items, self.dim = n_users, n_items, dim
         self.backbone, self.n_layers = backbone, n_layers
+        self.sparse_rows = sparse_rows and backbone == "mf"  # LightGCN reads every row
         self.branches: tuple[str, ...] = BRANCHES if disentangle else ("interest",)
         nb = len(self.branches)
         self.item_buckets = item_buckets if disentangle else None  # plain attribute, like adj
@@ -286,7 +290,7 @@ class CausalEmbeddings(nn.Module):
     def rows(self, side: str, index: Tensor) -> Tensor:
         """``composed(side)[index]`` [k, width] without composing the whole table: the id rows
         and the feature rows of those entries only."""
-        rows = getattr(self, side).index_select(0, index)
+        rows = F.embedding(index, getattr(self, side), sparse=self.sparse_rows)
         p = self.padded[side]
         if p is not None:
             cols, vals = p[0].index_select(0, index), p[1].index_select(0, index)
@@ -343,7 +347,10 @@ class CausalEmbeddings(nn.Module):
                     user, pos, neg = t.user_ids[user], t.item_ids[pos], t.item_ids[neg]
             else:
                 u_rows, i_rows = t.user_all, t.item_all
-            rows = (F.embedding(user, u_rows), F.embedding(pos, i_rows), F.embedding(neg, i_rows))
+            sparse = self.sparse_rows and hybrid  # only a parameter takes a sparse gradient
+            rows = tuple(
+                F.embedding(x, w, sparse=sparse) for x, w in ((user, u_rows), (pos, i_rows), (neg, i_rows))
+            )
             sq = sum(r.pow(2).sum() for r in rows)
         return BatchScores({br: diff[:, k] for k, br in enumerate(self.branches)}, sq)
 

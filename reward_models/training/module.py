@@ -31,6 +31,7 @@ from reward_models.losses import StepWeights, dice_loss, discrepancy, exposure_p
 from reward_models.model import CausalEmbeddings, Tables, normalized_adjacency, popularity_buckets
 from reward_models.profile.fit import link_init
 from reward_models.selection import UNIFORM, choose, load_uniform_half
+from reward_models.training.lazy_adam import LazyAdam, row_groups
 
 VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
 
@@ -189,6 +190,11 @@ class RewardModule(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         t = self.cfg.train
+        if t.optimizer == "lazy_adam" and self.model.backbone == "mf":
+            # sparse id-table gradients in one process; DDP's reducer all-reduces dense ones
+            self.model.sparse_rows = self._trainer is None or self._trainer.world_size == 1
+            groups = row_groups(self.parameters(), [self.model.user, self.model.item])
+            return LazyAdam(groups, lr=t.lr, weight_decay=t.weight_decay)
         # fused: one kernel over all parameters (the foreach default is several passes per step)
         return torch.optim.Adam(self.parameters(), lr=t.lr, weight_decay=t.weight_decay, fused=True)
 
