@@ -144,7 +144,7 @@ class _PairDifference(torch.autograd.Function):
 
 def padded_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     """A sparse COO [n, F] matrix as padded rows: columns [n, k] int64 and values [n, k] (k: the
-    most entries of a row; padding is column 0 with value 0), for ``F.embedding_bag``."""
+    most entries of a row; padding is column 0 with value 0), so the rows of any entries gather at once."""
     x = x.coalesce()
     r, c = x.indices()
     n = x.shape[0]
@@ -254,7 +254,7 @@ class CausalEmbeddings(nn.Module):
     @torch.no_grad()
     def set_rows(self, user: Tensor, item: Tensor) -> None:
         """Set the id tables from scored rows user [n_users, nb * d], item [n_items, nb * d] (a warm
-        start; feature rows are zero then, so ``composed`` returns these rows). With popularity
+        start; feature rows are zero then, so ``rows`` returns these rows). With popularity
         conformity each bucket's row is the mean conformity row of its items (0 when empty); fixed
         levels stay as they are and each user's coefficient is fitted to the given rows' conformity
         scores (least squares over the items)."""
@@ -276,32 +276,33 @@ class CausalEmbeddings(nn.Module):
         counts = torch.bincount(self.item_buckets, minlength=self.item_pop.shape[0]).clamp(min=1)
         self.item_pop.copy_(sums / counts[:, None].to(sums.dtype))
 
-    def composed(self, side: str) -> Tensor:
-        """Id rows plus feature rows of one side [n, nb * dim] (the id table itself without
-        features), then the popularity rows of the item conformity branch when it has them."""
-        x = self.features[side]
-        rows = getattr(self, side)
+    def rows(self, side: str, index: Tensor | None = None) -> Tensor:
+        """The scored rows of one side before any propagation [n, width]: id rows plus feature
+        rows (the id table itself without features), then the popularity rows of the item
+        conformity branch when it has them. ``index`` [k]: those entries only, at a cost that
+        follows k (a training step's rows), the same values as the whole table's."""
+        w = getattr(self, side)
+        rows = w if index is None else F.embedding(index, w, sparse=self.sparse_rows)
+        x = self._features_of(side, index)
         if x is not None:
             rows = rows + torch.sparse.mm(x, getattr(self, f"{side}_feat"))
         if side == "item" and self.item_buckets is not None:
-            rows = torch.cat([rows, self.item_pop.index_select(0, self.item_buckets)], dim=1)
+            b = self.item_buckets if index is None else self.item_buckets.index_select(0, index)
+            rows = torch.cat([rows, self.item_pop.index_select(0, b)], dim=1)
         return rows
 
-    def rows(self, side: str, index: Tensor) -> Tensor:
-        """``composed(side)[index]`` [k, width] without composing the whole table: the id rows
-        and the feature rows of those entries only."""
-        rows = F.embedding(index, getattr(self, side), sparse=self.sparse_rows)
-        p = self.padded[side]
-        if p is not None:
-            cols, vals = p[0].index_select(0, index), p[1].index_select(0, index)
-            rows = rows + F.embedding_bag(
-                cols, getattr(self, f"{side}_feat"), per_sample_weights=vals, mode="sum"
-            )
-        if side == "item" and self.item_buckets is not None:
-            rows = torch.cat(
-                [rows, self.item_pop.index_select(0, self.item_buckets.index_select(0, index))], dim=1
-            )
-        return rows
+    def _features_of(self, side: str, index: Tensor | None) -> Tensor | None:
+        """The side's feature matrix [n, F], or its rows at ``index`` as a coalesced COO [k, F]."""
+        x = self.features[side]
+        if x is None or index is None:
+            return x
+        cols, vals = (t.index_select(0, index) for t in self.padded[side])
+        keep = vals != 0  # not the padding; each row's columns stay in order, so it is coalesced
+        r = torch.arange(index.numel(), device=index.device)[:, None].expand_as(cols)[keep]
+        return torch.sparse_coo_tensor(
+            torch.stack([r, cols[keep]]), vals[keep], (index.numel(), x.shape[1]),
+            is_coalesced=True, check_invariants=False,
+        )  # fmt: skip
 
     def batch_tables(self, user: Tensor, item: Tensor) -> tuple[Tables, Tensor, Tensor]:
         """Tables of the distinct rows a step reads (``mf``): user [a], item [b] int64 model
@@ -318,7 +319,7 @@ class CausalEmbeddings(nn.Module):
 
     def tables(self) -> Tables:
         """The scored vectors of every user and item (LightGCN: one propagation for all branches)."""
-        user, item = self.composed("user"), self.composed("item")
+        user, item = self.rows("user"), self.rows("item")
         if self.backbone == "mf":
             return Tables(user, item, self.branches)
         e = propagate(self.adj, torch.cat([user, item], dim=0), self.n_layers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from data_pipelines.dataset import Dataset
@@ -79,7 +80,7 @@ def test_padded_rows_hold_each_rows_entries_and_zero_padding():
     assert vals.tolist() == [[1.0, 0.5], [0.0, 0.0], [2.0, 0.0], [0.0, 0.0]]
 
 
-def _hybrid(seed: int) -> CausalEmbeddings:
+def _hybrid(seed: int, sparse_rows: bool = False) -> CausalEmbeddings:
     g = torch.Generator().manual_seed(seed)
     n_u, n_i = 30, 40
     xu = (torch.rand(n_u, 5, generator=g) < 0.4).float() * torch.rand(n_u, 5, generator=g)
@@ -87,6 +88,7 @@ def _hybrid(seed: int) -> CausalEmbeddings:
     m = CausalEmbeddings(
         n_u, n_i, 4, generator=g, user_features=xu.to_sparse(), item_features=xi.to_sparse(),
         item_buckets=torch.randint(0, 6, (n_i,), generator=g), n_buckets=6, fixed_levels=True,
+        sparse_rows=sparse_rows,
     )  # fmt: skip
     with torch.no_grad():  # feature rows away from their zero start, so they matter
         m.user_feat.normal_(0, 0.3, generator=g)
@@ -94,10 +96,13 @@ def _hybrid(seed: int) -> CausalEmbeddings:
     return m
 
 
-def test_batch_tables_give_the_whole_tables_scores_and_gradients():
+@pytest.mark.parametrize("sparse_rows", [False, True])
+def test_batch_tables_give_the_whole_tables_scores_and_gradients(sparse_rows):
+    """The rows a batch reads: the whole tables' values, scores and gradients (sparse id-table
+    gradients holding exactly the rows read, with ``sparse_rows``)."""
     g = torch.Generator().manual_seed(3)
     u, i, j = (torch.randint(0, n, (64,), generator=g) for n in (30, 40, 40))
-    whole, part = _hybrid(0), _hybrid(0)
+    whole, part = _hybrid(0), _hybrid(0, sparse_rows)
     a = whole(u, i, j, sq_norm=True)
     t, u_at, i_at = part.batch_tables(u, torch.cat([i, j]))
     assert t.user_all.shape[0] == u.unique().numel() < 30  # only the rows the batch reads
@@ -109,4 +114,9 @@ def test_batch_tables_give_the_whole_tables_scores_and_gradients():
     (a.click.square().sum() + a.sq_norm).backward()
     (b.click.square().sum() + b.sq_norm).backward()
     for (name, p), q in zip(whole.named_parameters(), part.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
+        sparse = sparse_rows and name in ("user", "item")
+        assert q.grad.is_sparse == sparse, name
+        torch.testing.assert_close(p.grad, q.grad.to_dense() if sparse else q.grad, msg=name)
+        if sparse:
+            read = (u if name == "user" else torch.cat([i, j])).unique()
+            assert torch.equal(q.grad.coalesce().indices()[0], read)

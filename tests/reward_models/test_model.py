@@ -51,7 +51,7 @@ def test_lightgcn_model_tables_and_gradients():
     )
     t = m.tables()
     for k, b in enumerate(("interest", "conformity")):
-        e0 = torch.cat([m.composed("user"), m.composed("item")])[:, k * 4 : (k + 1) * 4].detach().numpy()
+        e0 = torch.cat([m.rows("user"), m.rows("item")])[:, k * 4 : (k + 1) * 4].detach().numpy()
         ref = dense_reference(user, item, 3, 3, e0, 2)
         np.testing.assert_allclose(torch.cat([t.user[b], t.item[b]]).detach().numpy(), ref, atol=1e-5)
     s = m(torch.tensor([0, 1]), torch.tensor([0, 2]), torch.tensor([1, 1]))
