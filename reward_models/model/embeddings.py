@@ -144,7 +144,7 @@ class _PairDifference(torch.autograd.Function):
 
 def padded_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     """A sparse COO [n, F] matrix as padded rows: columns [n, k] int64 and values [n, k] (k: the
-    most entries of a row; padding is column 0 with value 0), so the rows of any entries gather at once."""
+    most entries of a row; padding is column 0 with value 0): any rows' entries in one gather."""
     x = x.coalesce()
     r, c = x.indices()
     n = x.shape[0]

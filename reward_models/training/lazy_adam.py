@@ -65,12 +65,12 @@ class LazyAdam(torch.optim.Adam):
         if p.grad.is_sparse:
             g = p.grad.coalesce()
             idx, grad = g.indices()[0], g.values()
+            live = grad.ne(0).any(1)  # a row read with an exactly zero gradient stays, as in the dense case
+            if not bool(live.all()):
+                idx, grad = idx[live], grad[live]
         else:
             idx = p.grad.ne(0).any(1).nonzero().squeeze(1)
             grad = p.grad.index_select(0, idx)
-        live = grad.ne(0).any(1)  # a row read with an exactly zero gradient stays, as in the dense case
-        if not bool(live.all()):
-            idx, grad = idx[live], grad[live]
         state = self.state[p]
         if not state:  # Adam's layout (fused: a float32 step tensor on the parameter's device)
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
