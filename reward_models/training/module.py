@@ -3,7 +3,8 @@
 Validation ranks every item for each valid user (all of them, or the fixed sample
 ``eval.valid_users``) by the click score (train items masked) and reduces the per-rank sums
 of each metric across ranks, so ``valid/ndcg@10`` is the mean over those users whatever the
-number of ranks. With impressions it also logs ``valid/exposure_logloss``; when the uniform
+number of ranks. With impressions it also logs ``valid/exposure_logloss`` (on the same users'
+held-out impressions); when the uniform
 set's selection half is the target, ``valid/uniform_ndcg@10`` (every rank computes them on the
 same full tables). ``selection`` says which one early stopping and the best evaluation watch
 (``reward_models.selection``). Checkpoints also carry
@@ -31,6 +32,7 @@ from reward_models.losses import StepWeights, dice_loss, discrepancy, exposure_p
 from reward_models.model import CausalEmbeddings, Tables, normalized_adjacency, popularity_buckets
 from reward_models.profile.fit import link_init
 from reward_models.selection import UNIFORM, choose, load_uniform_half
+from reward_models.training.datamodule import valid_sample
 from reward_models.training.lazy_adam import LazyAdam, row_groups
 
 VALID_METRICS = ("ndcg@10", "recall@10", "hit@10", "mrr@10")
@@ -237,7 +239,9 @@ class RewardModule(pl.LightningModule):
         user, item = self._user_click.float().cpu(), self._item_click.float().cpu()
         out = {}
         if self.data.exposure is not None:
-            loss, pairs = exposure_logloss(user, item, self.data.valid, self.data.exposure)
+            # the evaluated users only, so an evaluation's cost stays fixed as the valid split grows
+            users = valid_sample(self.data, self.cfg)
+            loss, pairs = exposure_logloss(user, item, self.data.valid, self.data.exposure, users)
             if pairs:
                 out["valid/exposure_logloss"] = loss
         if self.half is not None and self.half.select_users.size:

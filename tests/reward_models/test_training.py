@@ -122,6 +122,26 @@ def test_pointwise_exposure_piece_is_the_log_loss_of_the_batchs_clicked_and_pass
     assert float(loss) - float(off.training_step(batch, 0)) == pytest.approx(2 * float(want), rel=1e-4)
 
 
+def test_held_out_log_loss_during_training_scores_the_evaluated_sample_of_users(tiny_synth):
+    from reward_models.exposure import exposure_logloss
+    from reward_models.training.datamodule import valid_sample
+    from reward_models.training.module import RewardModule
+
+    cfg = reward_config("stage1.enabled=false", "eval.valid_users=3")
+    data = load_training_data(cfg, Dataset(tiny_synth))
+    sample = valid_sample(data, cfg)
+    assert sample.size == 3 < int((data.valid.lengths() > 0).sum())
+    module = RewardModule(data, cfg)
+    g = torch.Generator().manual_seed(0)
+    module._user_click = torch.randn(data.n_users, 8, generator=g)
+    module._item_click = torch.randn(data.n_items, 8, generator=g)
+    got = module._selection_metrics()["valid/exposure_logloss"]
+    want, pairs = exposure_logloss(module._user_click, module._item_click, data.valid, data.exposure, sample)
+    everyone = exposure_logloss(module._user_click, module._item_click, data.valid, data.exposure)
+    assert pairs > 0 and got == pytest.approx(want)
+    assert everyone[1] > pairs and everyone[0] != pytest.approx(got)
+
+
 @pytest.fixture(scope="module")
 def published(tiny_synth, tmp_path_factory):
     root = tmp_path_factory.mktemp("reward-reg")
