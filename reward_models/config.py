@@ -205,7 +205,10 @@ class EvalConfig(StrictModel):
     spearman_items: int = Field(200, ge=2, description="random items per user for the synthetic Spearman")
     seed: int = Field(0, description="seed of the synthetic Spearman item draw")
     valid_users: int = Field(
-        0, ge=0, description="fixed sample of valid users evaluated during training (0: all of them)"
+        0,
+        ge=0,
+        description="fixed sample of users evaluated during training: of the valid users, and of the "
+        "uniform half's selection users (0: all of them)",
     )
 
     @model_validator(mode="after")

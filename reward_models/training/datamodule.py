@@ -67,14 +67,19 @@ def make_stream(data: RewardData, cfg: RewardConfig, rank: int = 0, world: int =
     )
 
 
-def valid_sample(data: RewardData, cfg: RewardConfig) -> np.ndarray:
-    """The users evaluated during training [V] sorted: every valid user, or a fixed sample of
-    ``eval.valid_users`` of them (seeded by ``eval.seed``: the same users at every evaluation)."""
-    users = np.flatnonzero(data.valid.lengths() > 0)
+def fixed_sample(users: np.ndarray, cfg: RewardConfig) -> np.ndarray:
+    """Of the sorted user indices ``users`` [U], the ones evaluated during training [V] sorted: all
+    of them, or a fixed sample of ``eval.valid_users`` (seeded by ``eval.seed``: the same users at
+    every evaluation)."""
     n = cfg.eval.valid_users
     if n == 0 or users.size <= n:
         return users
     return np.sort(np.random.default_rng(cfg.eval.seed).choice(users, n, replace=False))
+
+
+def valid_sample(data: RewardData, cfg: RewardConfig) -> np.ndarray:
+    """The valid users ranked during training [V] sorted (``fixed_sample`` of those with a valid positive)."""
+    return fixed_sample(np.flatnonzero(data.valid.lengths() > 0), cfg)
 
 
 class UserChunks:

@@ -142,6 +142,24 @@ def test_held_out_log_loss_during_training_scores_the_evaluated_sample_of_users(
     assert everyone[1] > pairs and everyone[0] != pytest.approx(got)
 
 
+def test_uniform_half_selection_ranks_a_fixed_sample_of_its_users(tiny_synth):
+    from reward_models.selection import UNIFORM, load_uniform_half
+    from reward_models.training.module import RewardModule
+
+    full = load_uniform_half(RewardData.load(tiny_synth, "intervened"))
+    everyone = RewardModule(RewardData.load(tiny_synth, "intervened"), reward_config("train.select=uniform"))
+    assert everyone.selection == UNIFORM
+    np.testing.assert_array_equal(everyone.half.select_users, full.select_users)
+    n = full.select_users.size // 2
+    cfg = reward_config("train.select=uniform", f"eval.valid_users={n}")
+    module = RewardModule(RewardData.load(tiny_synth, "intervened"), cfg)
+    again = RewardModule(RewardData.load(tiny_synth, "intervened"), cfg)
+    picked = module.half.select_users
+    assert picked.size == n and np.isin(picked, full.select_users).all() and (np.diff(picked) > 0).all()
+    np.testing.assert_array_equal(picked, again.half.select_users)  # the same users every time
+    np.testing.assert_array_equal(module.half.report_users, full.report_users)
+
+
 @pytest.fixture(scope="module")
 def published(tiny_synth, tmp_path_factory):
     root = tmp_path_factory.mktemp("reward-reg")
