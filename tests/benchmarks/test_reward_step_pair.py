@@ -15,7 +15,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reward_step_pair.
 @pytest.mark.integration
 def test_reward_step_pair_times_interleaved_steps_of_both_datasets(tiny_synth):
     args = [str(tiny_synth), str(tiny_synth), "train.batch_size=64", "--steps", "3", "--warmup", "1"]
-    out = subprocess.run([sys.executable, str(SCRIPT), *args], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], check=True, capture_output=True, text=True
+    ).stdout
     a, b, summary = (json.loads(line) for line in out.strip().splitlines())
     for row in (a, b):
         assert row["steps"] == 3 and row["train_positives"] > 0
