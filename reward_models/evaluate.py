@@ -203,9 +203,17 @@ def truth_sample(data: RewardData, n: int = 200, seed: int = 0) -> TruthSample |
     if users.size == 0:
         return None
     uid, iid = data.users["id"].to_numpy(), data.items["id"].to_numpy()
-    tu = truth.user_vectors[truth.user_index(uid)].astype(np.float64)  # [n_users, d] in dataset order
-    ti = truth.item_vectors[truth.item_index(iid)].astype(np.float64)  # [n_items, d]
-    true_int = np.einsum("ud,und->un", tu[users], ti[items]) / np.sqrt(tu.shape[1])
+    tu_at, ti_at = truth.user_index(uid), truth.item_index(iid)
+    tu = truth.user_vectors[tu_at].astype(np.float64)  # [n_users, d] in dataset order
+    ti = truth.item_vectors[ti_at].astype(np.float64)  # [n_items, d]
+    true_int = np.empty(items.shape, dtype=np.float64)
+    step = max(1, PAIRS_PER_CHUNK // items.shape[1])
+    for s in range(0, users.size, step):  # a [chunk, n, d] gather: the whole one was 15 GB at 600k users
+        c = slice(s, s + step)
+        true_int[c] = np.einsum("ud,und->un", tu[users[c]], ti[items[c]])
+    true_int /= np.sqrt(tu.shape[1])
+    if truth.price_taste is not None and truth.price_position is not None:  # Truth.interest's price term
+        true_int += truth.price_taste[tu_at][users, None] * truth.price_position[ti_at][items]
     expo_df = pl.read_parquet(truth.dir / "items.parquet", columns=["item_id", "exposure"])
     expo = expo_df["exposure"].to_numpy().astype(np.float64)[truth.item_index(iid)]
     pop = np.log1p(expo / max(expo.mean(), 1e-12))  # pop_i of the click logit (docs/synthetic.md)

@@ -39,6 +39,27 @@ def test_truth_sample_matches_truth_api_by_id(data, tiny_synth):
     assert all(len(set(row)) == row.size for row in t.items)
 
 
+def test_truth_sample_holds_the_price_term_and_is_chunked(tmp_path, monkeypatch):
+    """With ``price_preference`` the sample's truth is Truth.interest (vectors + price term), at any chunk."""
+    import reward_models.evaluate as ev
+    from data_pipelines.synth import SynthConfig, write
+
+    write(SynthConfig(n_users=80, n_items=60, rounds=3, seed=2, price_preference=1.0), tmp_path / "p")
+    data = RewardData.load(tmp_path / "p", "intervened", 0)
+    whole = truth_sample(data, n=10, seed=0)
+    monkeypatch.setattr(ev, "PAIRS_PER_CHUNK", 25)  # 2 users per chunk
+    chunked = truth_sample(data, n=10, seed=0)
+    np.testing.assert_array_equal(chunked.interest, whole.interest)
+    truth = Truth(tmp_path / "p")
+    uid = np.repeat(data.users["id"].to_numpy()[whole.users], whole.items.shape[1])
+    iid = data.items["id"].to_numpy()[whole.items.ravel()]
+    np.testing.assert_allclose(whole.interest.ravel(), truth.interest(uid, iid), rtol=1e-5, atol=1e-6)
+    vectors_only = (
+        truth.user_vectors[truth.user_index(uid)] * truth.item_vectors[truth.item_index(iid)]
+    ).sum(1)
+    assert np.abs(whole.interest.ravel() - vectors_only / 4.0).max() > 0.1  # the price term is there
+
+
 def test_true_vectors_give_spearman_one_and_negated_minus_one(data):
     t = truth_sample(data, n=20)
     c_u = Truth(data.root).conformity(data.users["id"].to_numpy())
