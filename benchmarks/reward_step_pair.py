@@ -2,7 +2,7 @@
 
 Issue 16 asks that seconds per 1M training triples stay within 1.5x from 1M to 5M positives.
 Two separate runs of ``reward_scale.py`` on this noisy 2-core machine gave ratios from 1.2x to
-2.1x for the same code, so this loads both datasets in one process and alternates their steps
+2.1x for the same training step, so this loads both datasets in one process and alternates their steps
 (one step of A, one of B, ...): both see the same load, and the ratio of medians is the figure.
 
 A step is what the trainer does per batch, without Lightning: the stream's next batch (sampler,

@@ -414,6 +414,10 @@ class Truth:
         u, i = self.user_index(users), self.item_index(items)
         if u.size != i.size:
             raise ValueError(f"users ({u.size}) and items ({i.size}) must have the same length")
+        return self.interest_at(u, i)
+
+    def interest_at(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
+        """True interest of the pairs of truth rows (u[k], i[k]) ([N] int indices); [N] float64."""
         s = row_interest(self.user_vectors[u], self.item_vectors[i])
         if self.price_taste is None or self.price_position is None:
             return s

@@ -108,6 +108,8 @@ class RewardModule(pl.LightningModule):
         self.half = half if self.selection == UNIFORM else None
         if self.half is not None:
             self.half = replace(self.half, select_users=fixed_sample(self.half.select_users, cfg))
+        # whose held-out impressions the log-loss scores: the users the valid ranking evaluates
+        self._valid_users = valid_sample(data, cfg)
         self._epoch_loss: tuple[list[str], torch.Tensor] | None = None  # piece names, summed values
         self._epoch_steps = 0
 
@@ -243,9 +245,7 @@ class RewardModule(pl.LightningModule):
         user, item = self._user_click.float().cpu(), self._item_click.float().cpu()
         out = {}
         if self.data.exposure is not None:
-            # the evaluated users only, so an evaluation's cost stays fixed as the valid split grows
-            users = valid_sample(self.data, self.cfg)
-            loss, pairs = exposure_logloss(user, item, self.data.valid, self.data.exposure, users)
+            loss, pairs = exposure_logloss(user, item, self.data.valid, self.data.exposure, self._valid_users)
             if pairs:
                 out["valid/exposure_logloss"] = loss
         if self.half is not None and self.half.select_users.size:
